@@ -1,0 +1,21 @@
+# The two commands of the README. Both run the (idempotent, cached) set-up first.
+#   make demo   set-up, then the pipeline end to end on MovieLens-1M (local Spark + Delta)
+#   make test   set-up, then the whole test suite
+.PHONY: setup demo test test-unit clean-warehouse
+
+PYTHON_BIN := .venv/bin/python
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	@bash scripts/demo.sh
+
+test: setup
+	@$(PYTHON_BIN) -m pytest -q -p no:cacheprovider tests
+
+test-unit: setup
+	@$(PYTHON_BIN) -m pytest -q -p no:cacheprovider tests/unit
+
+clean-warehouse:
+	rm -rf warehouse

@@ -1,0 +1,1 @@
+"""spark-submit entry points, one per pipeline stage (installed as ``solaris.jobs``)."""

@@ -1,0 +1,39 @@
+"""``solaris`` command: one sub-command per pipeline stage, each the same code spark-submit runs.
+
+    solaris ingest --input ml-1m
+    solaris <stage> --help
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# sub-command -> (module with main(argv), one-line summary)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ingest": ("solaris.jobs.ingest", "load MovieLens / CSV / Parquet / synthetic data into the events table"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: solaris <command> [options]", "", "commands:"]
+    lines += [f"  {name:<14}{summary}" for name, (_, summary) in COMMANDS.items()]
+    lines += ["", "Run `solaris <command> --help` for the options of a command."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"solaris: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[command][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""One typed configuration for the whole pipeline.
+
+Why one object: jobs, tests, DAGs and benchmarks must agree on paths, sizes and thresholds, so they
+all load ``conf/solaris.yaml`` through :func:`load_config` (once per process) and pass the validated
+:class:`SolarisConfig` down. Unknown keys are errors (a typo must not silently fall back to a
+default), and every error names the dotted key that is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG_PATH = REPO_ROOT / "conf" / "solaris.yaml"
+CONFIG_ENV_VAR = "SOLARIS_CONFIG"
+
+
+class ConfigError(ValueError):
+    """Raised for any invalid configuration; the message names the offending key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class SparkConfig(_Strict):
+    master: str = "local[*]"
+    app_name_prefix: str = "solaris"
+    shuffle_partitions: int = Field(8, ge=1)
+    driver_memory: str = "4g"
+    ui_enabled: bool = False
+    jars_dir: str = "jars"
+    arrow_max_records_per_batch: int = Field(10000, ge=1)
+
+
+class TablesConfig(_Strict):
+    events: str = "events"
+    id_map: str = "id_map"
+    candidates: str = "candidates"
+    pair_embeddings: str = "pair_embeddings"
+    user_embeddings: str = "user_embeddings"
+    user_neighbors: str = "user_neighbors"
+    imputed_embeddings: str = "imputed_embeddings"
+    quarantine: str = "quarantine"
+    runs: str = "runs"
+
+    @model_validator(mode="after")
+    def _plain_names(self) -> "TablesConfig":
+        for key, name in self.model_dump().items():
+            if not name or "/" in name or ".." in name or name.startswith("."):
+                raise ValueError(f"table name for {key!r} must be a plain folder name, got {name!r}")
+        return self
+
+
+class IngestConfig(_Strict):
+    label_threshold: float = 4.0
+    rating_min: float = 0.0
+    rating_max: float = 5.0
+    max_future_skew_hours: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _range(self) -> "IngestConfig":
+        if self.rating_min > self.rating_max:
+            raise ValueError("rating_min must be <= rating_max")
+        return self
+
+
+class SyntheticConfig(_Strict):
+    n_events: int = Field(100_000, ge=1)
+    n_users: int = Field(2000, ge=1)
+    n_items: int = Field(1000, ge=2)
+    latent_dim: int = Field(16, ge=1)
+    start: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    days: float = Field(60, gt=0)
+    popularity_exponent: float = Field(1.1, gt=0)
+    drift: float = Field(0.3, ge=0)
+    chunks: int = Field(8, ge=1)
+
+    @field_validator("start")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class ModelConfig(_Strict):
+    embedding_dim: int = Field(64, ge=1, le=4096)
+    history_length: int = Field(50, ge=1)
+
+
+class PrecomputeConfig(_Strict):
+    ttl_hours: float = Field(6, gt=0)
+    horizon_hours: float = Field(1, gt=0)
+    candidate_budget: int = Field(200_000, ge=1)
+    candidates_per_user: int = Field(50, ge=1)
+    verifier_threshold: float = 0.0
+
+
+class SolarisConfig(_Strict):
+    warehouse: Path = Path("warehouse")
+    seed: int = 42
+    spark: SparkConfig = SparkConfig()
+    tables: TablesConfig = TablesConfig()
+    ingest: IngestConfig = IngestConfig()
+    synthetic: SyntheticConfig = SyntheticConfig()
+    model: ModelConfig = ModelConfig()
+    precompute: PrecomputeConfig = PrecomputeConfig()
+
+    def table_path(self, name: str) -> str:
+        """Absolute path of a Delta table given its logical name (a field of ``tables``)."""
+        folder = getattr(self.tables, name)
+        return str(self.warehouse / folder)
+
+    def resolve_under_warehouse(self, path: str | os.PathLike) -> Path:
+        """Resolve a user-supplied path and refuse anything outside the warehouse root.
+
+        Params from the Airflow UI and CLI flags end up as file paths; confining them keeps a
+        typo or a hostile ``../..`` from reading or deleting outside the project's data.
+        """
+        root = self.warehouse.resolve()
+        candidate = Path(path)
+        if not candidate.is_absolute():
+            candidate = root / candidate
+        resolved = candidate.resolve()
+        if resolved != root and root not in resolved.parents:
+            raise ConfigError(f"path {str(path)!r} escapes the warehouse root {str(root)!r}")
+        return resolved
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """Turn ``["a.b=1", "c=x"]`` into a nested dict; values are parsed as YAML scalars."""
+    nested: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.path=value")
+        dotted, raw = item.split("=", 1)
+        keys = [k.strip() for k in dotted.split(".")]
+        if not all(keys):
+            raise ConfigError(f"override {item!r} has an empty key")
+        node = nested
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with another override")
+        node[keys[-1]] = yaml.safe_load(raw) if raw != "" else ""
+    return nested
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _format_errors(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "<root>"
+        lines.append(f"  {key}: {item['msg']}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def config_from_dict(data: dict[str, Any], base_dir: Path = REPO_ROOT) -> SolarisConfig:
+    """Validate a raw mapping; relative warehouse / jars paths are anchored at ``base_dir``."""
+    try:
+        config = SolarisConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_format_errors(error)) from None
+    warehouse = config.warehouse if config.warehouse.is_absolute() else base_dir / config.warehouse
+    jars = Path(config.spark.jars_dir)
+    jars = jars if jars.is_absolute() else base_dir / jars
+    return config.model_copy(
+        update={
+            "warehouse": warehouse.resolve(),
+            "spark": config.spark.model_copy(update={"jars_dir": str(jars.resolve())}),
+        }
+    )
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: Iterable[str] = ()) -> SolarisConfig:
+    """Load and validate the YAML config, then apply ``key.path=value`` overrides.
+
+    The file is taken from ``path``, else ``$SOLARIS_CONFIG``, else ``conf/solaris.yaml``.
+    Relative paths inside it are resolved against the folder above ``conf/`` (the repo root),
+    so jobs behave the same whatever their working directory (spark-submit, Airflow workers).
+    """
+    config_path = Path(path or os.environ.get(CONFIG_ENV_VAR) or DEFAULT_CONFIG_PATH)
+    if not config_path.is_file():
+        raise ConfigError(f"config file not found: {config_path}")
+    try:
+        raw = yaml.safe_load(config_path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {config_path} is not valid YAML: {error}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {config_path} must hold a mapping at the top level")
+    merged = _deep_merge(raw, parse_overrides(overrides))
+    return config_from_dict(merged, base_dir=config_path.resolve().parent.parent)

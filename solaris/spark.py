@@ -1,0 +1,119 @@
+"""The one SparkSession factory used by every job, test and benchmark.
+
+Why a single factory: Delta needs its SQL extension and catalog set before the session exists, the
+pipeline's time rules need a UTC session time zone, and Arrow must be on for the pandas UDFs. Doing
+that in one place keeps `spark-submit`, the CLI, Airflow tasks and pytest behaving identically.
+
+Delta's JARs are never downloaded at session start: `make setup` copies them from Maven Central into
+``spark.jars_dir`` and this factory passes the local files with ``spark.jars``. Under
+`spark-submit` the driver JVM already exists, so the JARs must come from the command line
+(``--jars``); the factory checks that and says so instead of failing later with a class error.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from solaris.config import SolarisConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+DELTA_JAR_PATTERNS = ("delta-spark_*.jar", "delta-storage-*.jar")
+
+
+class SparkSetupError(RuntimeError):
+    """The Spark environment is not usable (missing JARs, wrong launch)."""
+
+
+def delta_jars(jars_dir: str | os.PathLike) -> list[str]:
+    """Local Delta JAR files resolved at set-up; fails clearly when set-up was not run."""
+    found: list[str] = []
+    for pattern in DELTA_JAR_PATTERNS:
+        matches = sorted(glob.glob(str(Path(jars_dir) / pattern)))
+        if not matches:
+            raise SparkSetupError(
+                f"no {pattern} in {jars_dir}: run `make setup` (it copies Delta's JARs from Maven Central)"
+            )
+        found.append(matches[-1])
+    return found
+
+
+def session_conf(config: SolarisConfig, master: str | None = None) -> dict[str, str]:
+    """All Spark settings the pipeline relies on, as a plain dict (unit-testable, no JVM)."""
+    conf = {
+        "spark.master": master or config.spark.master,
+        "spark.jars": ",".join(delta_jars(config.spark.jars_dir)),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(config.spark.arrow_max_records_per_batch),
+        "spark.sql.shuffle.partitions": str(config.spark.shuffle_partitions),
+        "spark.ui.enabled": str(config.spark.ui_enabled).lower(),
+        "spark.driver.memory": config.spark.driver_memory,
+        "spark.sql.warehouse.dir": str(Path(config.warehouse) / "_spark_sql"),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # Delta rebuilds table state with this many tasks (default 50: pure overhead on small tables).
+        "spark.databricks.delta.snapshotPartitions": str(max(2, config.spark.shuffle_partitions)),
+        # Delta's MERGE/optimistic writes are retried by our own code; keep logs readable.
+        "spark.sql.adaptive.enabled": "true",
+    }
+    return conf
+
+
+def _launched_by_spark_submit() -> bool:
+    # pyspark sets this when the Python driver was started by an existing JVM (spark-submit).
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def get_spark(config: SolarisConfig, app_name: str, master: str | None = None) -> "SparkSession":
+    """Return the (possibly already running) SparkSession configured for the pipeline."""
+    from pyspark.sql import SparkSession
+
+    conf = session_conf(config, master)
+    # PySpark turns timestamps into Python datetimes in the *process* time zone; pin it to UTC so
+    # collected values match the session time zone (DESIGN.md §2: all timestamps are UTC).
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or _python())
+    builder = SparkSession.builder.appName(f"{config.spark.app_name_prefix}-{app_name}")
+    for key, value in conf.items():
+        if _launched_by_spark_submit() and key in ("spark.master", "spark.driver.memory"):
+            continue  # spark-submit's --master / --driver-memory win, as users expect
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    _check_delta_loaded(spark)
+    spark.sparkContext.setLogLevel("WARN")
+    log.info("spark session %s master=%s", spark.sparkContext.applicationId, spark.sparkContext.master)
+    return spark
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def _check_delta_loaded(spark: "SparkSession") -> None:
+    jvm = spark.sparkContext._jvm  # noqa: SLF001 - the only way to probe the driver class path
+    try:
+        jvm.java.lang.Class.forName(
+            "io.delta.sql.DeltaSparkSessionExtension", True, jvm.Thread.currentThread().getContextClassLoader()
+        )
+    except Exception as error:  # py4j wraps ClassNotFoundException
+        raise SparkSetupError(
+            "Delta Lake classes are not on the driver class path. Under spark-submit pass the JARs from "
+            "set-up, e.g. `spark-submit --jars $(ls jars/*.jar | paste -sd,) jobs/ingest.py ...` "
+            "(see README: Running under spark-submit)."
+        ) from error

@@ -1,0 +1,149 @@
+"""Delta table helpers shared by the Spark jobs: idempotent writes, quarantine, the ``runs`` audit.
+
+Every write here is keyed so that rerunning a job for the same ``run_id`` replaces its own output
+instead of duplicating it (DESIGN.md §3): MERGE on the table key, or one atomic ``replaceWhere``
+commit for per-run tables.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Sequence
+
+from solaris.config import SolarisConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+QUARANTINE_COLUMNS = ("source_table", "run_id", "reason", "payload", "seen_at", "run_date")
+
+
+def table_exists(spark: "SparkSession", path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, path)
+
+
+def table_version(spark: "SparkSession", path: str) -> int | None:
+    """Latest committed Delta version of a table, or None when it does not exist yet."""
+    from delta.tables import DeltaTable
+
+    if not table_exists(spark, path):
+        return None
+    return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+
+
+def merge_into(
+    df: "DataFrame",
+    path: str,
+    keys: Sequence[str],
+    partition_by: Sequence[str] = (),
+) -> None:
+    """Upsert ``df`` into the Delta table at ``path`` on ``keys`` (created on first use)."""
+    from delta.tables import DeltaTable
+
+    spark = df.sparkSession
+    if not table_exists(spark, path):
+        writer = df.limit(0).write.format("delta").mode("ignore")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        writer.save(path)
+    condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(df.alias("s"), condition)
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
+def replace_where(df: "DataFrame", path: str, predicate: str, partition_by: Sequence[str] = ()) -> None:
+    """Atomically replace the rows matching ``predicate`` with ``df`` (one Delta commit)."""
+    spark = df.sparkSession
+    writer = df.write.format("delta")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    if table_exists(spark, path):
+        writer.mode("overwrite").option("replaceWhere", predicate).save(path)
+    else:
+        writer.mode("append").save(path)
+
+
+def write_quarantine(spark: "SparkSession", config: SolarisConfig, rejected: "DataFrame", source_table: str, run_id: str) -> None:
+    """Replace this run's quarantine rows for ``source_table`` with ``rejected``.
+
+    ``rejected`` must carry ``reason``, ``payload`` (JSON string) and ``seen_at``.
+    """
+    from pyspark.sql import functions as F
+
+    rows = rejected.select(
+        F.lit(source_table).alias("source_table"),
+        F.lit(run_id).alias("run_id"),
+        F.col("reason").cast("string"),
+        F.col("payload").cast("string"),
+        F.col("seen_at").cast("timestamp"),
+        F.to_date("seen_at").alias("run_date"),
+    )
+    predicate = f"source_table = '{_sql_str(source_table)}' AND run_id = '{_sql_str(run_id)}'"
+    replace_where(rows, config.table_path("quarantine"), predicate, partition_by=["run_date"])
+
+
+@dataclass
+class RunRecord:
+    """One row of the ``runs`` audit table; filled in by a job as it goes."""
+
+    run_id: str
+    job: str
+    as_of: datetime | None
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    rows_in: int = 0
+    rows_out: int = 0
+    rows_quarantined: int = 0
+    status: str = "running"
+    table_versions: dict[str, int] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def write(self, spark: "SparkSession", config: SolarisConfig, status: str) -> None:
+        from pyspark.sql import types as T
+
+        self.status = status
+        schema = T.StructType(
+            [
+                T.StructField("run_id", T.StringType(), False),
+                T.StructField("job", T.StringType(), False),
+                T.StructField("as_of", T.TimestampType(), True),
+                T.StructField("started_at", T.TimestampType(), False),
+                T.StructField("finished_at", T.TimestampType(), False),
+                T.StructField("rows_in", T.LongType(), False),
+                T.StructField("rows_out", T.LongType(), False),
+                T.StructField("rows_quarantined", T.LongType(), False),
+                T.StructField("status", T.StringType(), False),
+                T.StructField("table_versions", T.MapType(T.StringType(), T.LongType()), False),
+                T.StructField("details", T.StringType(), False),
+            ]
+        )
+        row = (
+            self.run_id,
+            self.job,
+            self.as_of,
+            self.started_at,
+            datetime.now(timezone.utc),
+            int(self.rows_in),
+            int(self.rows_out),
+            int(self.rows_quarantined),
+            status,
+            {k: int(v) for k, v in self.table_versions.items()},
+            json.dumps(self.details, sort_keys=True, default=str),
+        )
+        merge_into(spark.createDataFrame([row], schema), config.table_path("runs"), keys=["run_id", "job"])
+
+
+def _sql_str(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")

@@ -1,0 +1,60 @@
+import pytest
+
+from solaris.config import ConfigError, load_config, parse_overrides
+
+
+def test_default_config_loads_and_paths_are_absolute():
+    config = load_config()
+    assert config.warehouse.is_absolute()
+    assert config.model.embedding_dim == 64
+    assert config.table_path("events").endswith("/events")
+
+
+def test_override_changes_nested_value_and_parses_types():
+    config = load_config(overrides=["precompute.ttl_hours=3", "spark.ui_enabled=true"])
+    assert config.precompute.ttl_hours == 3.0
+    assert config.spark.ui_enabled is True
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigError, match=r"precompute\.ttl_hour"):
+        load_config(overrides=["precompute.ttl_hour=3"])
+
+
+def test_bad_value_is_named():
+    with pytest.raises(ConfigError, match=r"model\.embedding_dim"):
+        load_config(overrides=["model.embedding_dim=-4"])
+    with pytest.raises(ConfigError, match=r"ingest"):
+        load_config(overrides=["ingest.rating_min=9", "ingest.rating_max=1"])
+
+
+def test_table_names_must_be_plain_folders():
+    with pytest.raises(ConfigError, match="tables"):
+        load_config(overrides=["tables.events=../escape"])
+
+
+def test_bad_yaml_file_reports_path(tmp_path):
+    bad = tmp_path / "conf" / "x.yaml"
+    bad.parent.mkdir()
+    bad.write_text("warehouse: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_parse_overrides_rejects_malformed():
+    assert parse_overrides(["a.b=1", "a.c=x"]) == {"a": {"b": 1, "c": "x"}}
+    with pytest.raises(ConfigError):
+        parse_overrides(["novalue"])
+    with pytest.raises(ConfigError):
+        parse_overrides(["a..b=1"])
+
+
+def test_paths_are_confined_to_warehouse(tmp_path):
+    config = load_config(overrides=[f"warehouse={tmp_path}"])
+    assert config.resolve_under_warehouse("snapshots/x.json") == tmp_path / "snapshots" / "x.json"
+    with pytest.raises(ConfigError, match="escapes"):
+        config.resolve_under_warehouse("../../etc/passwd")
+    with pytest.raises(ConfigError, match="escapes"):
+        config.resolve_under_warehouse("/etc/passwd")

@@ -1,0 +1,26 @@
+import pytest
+
+from solaris.config import load_config
+from solaris.spark import SparkSetupError, delta_jars, session_conf
+
+
+def test_session_conf_has_delta_utc_arrow_and_local_jars():
+    config = load_config()
+    conf = session_conf(config, master="local[3]")
+    assert conf["spark.master"] == "local[3]"
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
+    jars = conf["spark.jars"].split(",")
+    assert any("delta-spark_" in jar for jar in jars) and any("delta-storage-" in jar for jar in jars)
+    assert "spark.jars.packages" not in conf  # never an Ivy download at session start
+
+
+def test_master_defaults_to_config():
+    config = load_config(overrides=["spark.master=local[1]"])
+    assert session_conf(config)["spark.master"] == "local[1]"
+
+
+def test_missing_jars_explain_setup(tmp_path):
+    with pytest.raises(SparkSetupError, match="make setup"):
+        delta_jars(tmp_path)

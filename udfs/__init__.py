@@ -1,0 +1,1 @@
+"""Arrow/pandas UDFs run on Spark executors (installed as ``solaris.udfs``)."""
