@@ -12,6 +12,8 @@ import sys
 # sub-command -> (module with main(argv), one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("solaris.jobs.ingest", "load MovieLens / CSV / Parquet / synthetic data into the events table"),
+    "train-fm": ("solaris.jobs.train_fm", "train the foundation model on events up to --as-of"),
+    "train-vm": ("solaris.jobs.train_vm", "train a vertical model variant (baseline = the verifier)"),
 }
 
 

@@ -90,9 +90,53 @@ class SyntheticConfig(_Strict):
         return value.astimezone(timezone.utc)
 
 
+class FMConfig(_Strict):
+    """Foundation model sizes: deliberately heavier than the VM (history attention + deep tower)."""
+
+    id_buckets: int = Field(65_536, ge=16)
+    d_model: int = Field(64, ge=4)
+    heads: int = Field(2, ge=1)
+    tower: tuple[int, ...] = (256, 128)
+    dropout: float = Field(0.1, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "FMConfig":
+        if self.d_model % self.heads:
+            raise ValueError("d_model must be a multiple of heads")
+        return self
+
+
+class VMConfig(_Strict):
+    """Vertical (real-time) model: hashed ids into small tables plus two cheap numeric features."""
+
+    id_buckets: int = Field(4096, ge=16)
+    id_dim: int = Field(8, ge=1)
+    hidden: tuple[int, ...] = (32,)
+
+
+class TrainingConfig(_Strict):
+    batch_size: int = Field(2048, ge=1)
+    max_epochs: int = Field(8, ge=1)
+    patience: int = Field(1, ge=0)
+    learning_rate: float = Field(2e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    validation_fraction: float = Field(0.1, gt=0, lt=1)
+    threads: int = Field(2, ge=1)
+    max_train_examples: int | None = Field(None, ge=1)
+
+
+class DistillationConfig(_Strict):
+    temperature: float = Field(2.0, gt=0)
+    weight: float = Field(0.5, ge=0, le=1)
+
+
 class ModelConfig(_Strict):
     embedding_dim: int = Field(64, ge=1, le=4096)
-    history_length: int = Field(50, ge=1)
+    history_length: int = Field(32, ge=1)
+    fm: FMConfig = FMConfig()
+    vm: VMConfig = VMConfig()
+    training: TrainingConfig = TrainingConfig()
+    distillation: DistillationConfig = DistillationConfig()
 
 
 class PrecomputeConfig(_Strict):

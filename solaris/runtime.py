@@ -70,13 +70,14 @@ def as_of_arg(text: str):
 
 def run_job(name: str, body: Callable[[], None]) -> int:
     """Run a job body and map failures to exit codes with a one-line reason in the log."""
+    from solaris.models.checkpoint import CheckpointError
     from solaris.sources import SourceError
     from solaris.spark import SparkSetupError
 
     started = time.monotonic()
     try:
         body()
-    except (ConfigError, SourceError, JobInputError, SparkSetupError) as error:
+    except (ConfigError, SourceError, JobInputError, SparkSetupError, CheckpointError) as error:
         log.error("%s refused: %s", name, error)
         return EXIT_BAD_INPUT
     except Exception:

@@ -147,3 +147,21 @@ class RunRecord:
 
 def _sql_str(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def events_until(spark: "SparkSession", config: SolarisConfig, as_of: datetime, since: datetime | None = None):
+    """pandas frame ``user_id, item_id, ts (epoch s), label`` of events with ``since < ts <= as_of``.
+
+    The point-in-time rule of DESIGN.md §2 in one place: jobs at ``as_of`` never see later events.
+    """
+    from pyspark.sql import functions as F
+
+    events = spark.read.format("delta").load(config.table_path("events"))
+    condition = F.col("ts") <= F.lit(as_of)
+    if since is not None:
+        condition &= F.col("ts") > F.lit(since)
+    return (
+        events.where(condition)
+        .select("user_id", "item_id", F.unix_seconds("ts").alias("ts"), "label")
+        .toPandas()
+    )

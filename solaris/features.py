@@ -1,0 +1,137 @@
+"""Point-in-time features for the FM and VM (pure numpy).
+
+The one rule that matters: a request at time ``t`` only sees events with ``ts < t`` (strictly
+before). An event's own item and label, and anything at the same second or later, never reach
+its features; that is what makes offline metrics honest (no label leakage).
+
+:class:`HistoryIndex` is built once over past events and answers vectorised queries for any
+(user, item, time) triples: training examples (each event queried at its own time), evaluation
+requests, or speculative candidates at a run's as-of.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SECONDS_PER_HOUR = 3600.0
+NO_HISTORY_RECENCY = float(np.log1p(24 * 365))  # "a year ago" for users never seen
+
+
+@dataclass(frozen=True)
+class Features:
+    """Model inputs for ``n`` requests; history arrays are ``[n, N]``, most recent last."""
+
+    user_id: np.ndarray  # int64
+    item_id: np.ndarray  # int64
+    hist_items: np.ndarray  # int64, 0 where padded
+    hist_labels: np.ndarray  # float32 0/1 (past feedback, known at request time)
+    hist_age: np.ndarray  # float32 log1p(hours between history event and request)
+    hist_mask: np.ndarray  # bool, True where a real history event sits
+    item_pop: np.ndarray  # float32 log1p(# events of the item before the request)
+    user_recency: np.ndarray  # float32 log1p(hours since the user's previous event)
+    user_has_history: np.ndarray  # float32 0/1
+
+    def __len__(self) -> int:
+        return int(self.user_id.size)
+
+    def take(self, index: np.ndarray) -> "Features":
+        return Features(**{name: getattr(self, name)[index] for name in self.__dataclass_fields__})
+
+
+class HistoryIndex:
+    """Sorted past events, queried with composite (entity, time) keys and binary search."""
+
+    def __init__(self, user_id, item_id, ts_seconds, label) -> None:
+        user_id = np.asarray(user_id, dtype=np.int64)
+        item_id = np.asarray(item_id, dtype=np.int64)
+        ts = np.asarray(ts_seconds, dtype=np.int64)
+        label = np.asarray(label, dtype=np.float32)
+        if not (user_id.size == item_id.size == ts.size == label.size):
+            raise ValueError("user_id, item_id, ts and label must have the same length")
+        self.ts_min = int(ts.min()) if ts.size else 0
+        self.ts_span = (int(ts.max()) - self.ts_min + 2) if ts.size else 2
+        self.users = np.unique(user_id)
+        self.items = np.unique(item_id)
+        user_key = self._key(self._dense(self.users, user_id), ts)
+        order = np.argsort(user_key, kind="stable")
+        self.user_keys = user_key[order]
+        self.hist_item = item_id[order]
+        self.hist_label = label[order]
+        self.hist_ts = ts[order]
+        self.item_keys = np.sort(self._key(self._dense(self.items, item_id), ts))
+
+    @staticmethod
+    def _dense(vocab: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        position = np.searchsorted(vocab, ids)
+        position = np.clip(position, 0, max(vocab.size - 1, 0))
+        known = vocab.size > 0
+        found = (vocab[position] == ids) if known else np.zeros(ids.size, dtype=bool)
+        return np.where(found, position, -1)
+
+    def _key(self, dense: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        offset = np.clip(np.asarray(ts, dtype=np.int64) - self.ts_min, -1, self.ts_span - 1) + 1
+        return dense.astype(np.int64) * (self.ts_span + 1) + offset
+
+    def query(self, user_id, item_id, ts_seconds, history_length: int) -> Features:
+        """Features of requests ``(user, item)`` made at ``ts`` from events strictly before ``ts``."""
+        user_id = np.asarray(user_id, dtype=np.int64)
+        item_id = np.asarray(item_id, dtype=np.int64)
+        ts = np.asarray(ts_seconds, dtype=np.int64)
+        n = user_id.size
+
+        dense_user = self._dense(self.users, user_id)
+        known_user = dense_user >= 0
+        end = np.searchsorted(self.user_keys, self._key(np.maximum(dense_user, 0), ts), side="left")
+        start = np.searchsorted(self.user_keys, self._key(np.maximum(dense_user, 0), np.full(n, self.ts_min - 10)), side="left")
+        end = np.where(known_user, end, start)
+        steps = np.arange(history_length, 0, -1)
+        index = end[:, None] - steps[None, :]  # most recent last
+        mask = index >= start[:, None]
+        safe = np.where(mask, index, 0)
+        has_events = self.hist_item.size > 0
+        hist_items = np.where(mask, self.hist_item[safe], 0) if has_events else np.zeros((n, history_length), np.int64)
+        hist_labels = np.where(mask, self.hist_label[safe], 0.0).astype(np.float32) if has_events else np.zeros((n, history_length), np.float32)
+        hist_ts = self.hist_ts[safe] if has_events else np.zeros((n, history_length), np.int64)
+        hours = np.maximum(ts[:, None] - hist_ts, 0) / SECONDS_PER_HOUR
+        hist_age = np.where(mask, np.log1p(hours), 0.0).astype(np.float32)
+
+        has_history = end > start
+        last = np.where(has_history, end - 1, 0)
+        recency_hours = (ts - (self.hist_ts[last] if has_events else ts)) / SECONDS_PER_HOUR
+        user_recency = np.where(has_history, np.log1p(np.maximum(recency_hours, 0)), NO_HISTORY_RECENCY)
+
+        dense_item = self._dense(self.items, item_id)
+        before = np.searchsorted(self.item_keys, self._key(np.maximum(dense_item, 0), ts), side="left")
+        first = np.searchsorted(self.item_keys, self._key(np.maximum(dense_item, 0), np.full(n, self.ts_min - 10)), side="left")
+        item_count = np.where(dense_item >= 0, before - first, 0)
+
+        return Features(
+            user_id=user_id,
+            item_id=item_id,
+            hist_items=hist_items.astype(np.int64),
+            hist_labels=hist_labels,
+            hist_age=hist_age,
+            hist_mask=mask,
+            item_pop=np.log1p(item_count).astype(np.float32),
+            user_recency=user_recency.astype(np.float32),
+            user_has_history=has_history.astype(np.float32),
+        )
+
+
+def training_features(user_id, item_id, ts_seconds, label, history_length: int) -> Features:
+    """Each event queried at its own time against all events: history strictly before it."""
+    index = HistoryIndex(user_id, item_id, ts_seconds, label)
+    return index.query(user_id, item_id, ts_seconds, history_length)
+
+
+def time_split(ts_seconds: np.ndarray, validation_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of train / validation examples: validation = the latest share of time, not random rows."""
+    ts = np.asarray(ts_seconds)
+    cut = np.quantile(ts, 1.0 - validation_fraction)
+    train = np.flatnonzero(ts < cut)
+    valid = np.flatnonzero(ts >= cut)
+    if train.size == 0 or valid.size == 0:
+        raise ValueError("time split left an empty train or validation slice; need events spread over time")
+    return train, valid

@@ -1,0 +1,104 @@
+"""The foundation model (FM): heavy, accurate, too slow for the online path.
+
+Architecture (DESIGN.md §5):
+
+* hashed user / item id embeddings (large tables);
+* a time-aware history encoder: each of the user's last N events (strictly before the request) is
+  its item embedding + a "liked" embedding + a projection of its age; one self-attention
+  transformer layer over them, then *target attention* with the candidate item as query;
+* a deep interaction tower over [user, item, target interest, user summary, item x interest]
+  whose last hidden layer is the **pair embedding** (D = ``model.embedding_dim``); the click
+  logit is a linear head on it, so the embedding carries what the FM knows about the pair;
+* :meth:`FoundationModel.user_representation`: a D-dim user-only vector (no item), used for KNN.
+
+Deterministic given the seed; runs on CPU or CUDA (the caller moves it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from solaris.models.common import HashedEmbedding, mlp
+
+
+@dataclass(frozen=True)
+class FMSpec:
+    """Everything needed to rebuild the network; stored in the checkpoint's config.json."""
+
+    embedding_dim: int = 64
+    history_length: int = 32
+    id_buckets: int = 65_536
+    d_model: int = 64
+    heads: int = 2
+    tower: tuple[int, ...] = (256, 128)
+    dropout: float = 0.1
+
+    def to_dict(self) -> dict:
+        return {"arch": "fm", **asdict(self)}
+
+
+class FoundationModel(nn.Module):
+    arch = "fm"
+
+    def __init__(self, spec: FMSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        d = spec.d_model
+        self.user_emb = HashedEmbedding(spec.id_buckets, d, salt=1)
+        self.item_emb = HashedEmbedding(spec.id_buckets, d, salt=2)
+        self.liked_emb = nn.Embedding(2, d)
+        self.age_proj = nn.Linear(1, d)
+        self.position = nn.Parameter(torch.zeros(spec.history_length, d))
+        self.encoder = nn.TransformerEncoderLayer(
+            d_model=d, nhead=spec.heads, dim_feedforward=2 * d, dropout=spec.dropout, batch_first=True
+        )
+        self.target_attention = nn.MultiheadAttention(d, spec.heads, dropout=spec.dropout, batch_first=True)
+        self.user_summary = mlp([2 * d, 2 * d, spec.embedding_dim], dropout=spec.dropout, final_activation=False)
+        self.tower = mlp(
+            [4 * d + spec.embedding_dim, *spec.tower, spec.embedding_dim], dropout=spec.dropout, final_activation=True
+        )
+        self.head = nn.Linear(spec.embedding_dim, 1)
+
+    def _encode_history(self, hist_items, hist_labels, hist_age, hist_mask):
+        tokens = (
+            self.item_emb(hist_items)
+            + self.liked_emb(hist_labels.long())
+            + self.age_proj(hist_age.unsqueeze(-1))
+            + self.position[-hist_items.shape[1]:]
+        )
+        padding = ~hist_mask
+        # A row with no history would make attention softmax over nothing (NaN): give it one
+        # visible (zero) slot and zero its output afterwards.
+        empty = padding.all(dim=1)
+        if empty.any():
+            padding = padding.clone()
+            padding[empty, -1] = False
+        encoded = self.encoder(tokens, src_key_padding_mask=padding)
+        encoded = encoded * hist_mask.unsqueeze(-1)
+        return encoded, padding, empty
+
+    def _user_parts(self, batch):
+        encoded, padding, empty = self._encode_history(
+            batch["hist_items"], batch["hist_labels"], batch["hist_age"], batch["hist_mask"]
+        )
+        counts = batch["hist_mask"].sum(dim=1, keepdim=True).clamp(min=1)
+        pooled = encoded.sum(dim=1) / counts
+        user = self.user_emb(batch["user_id"])
+        summary = self.user_summary(torch.cat([user, pooled], dim=-1))
+        return user, encoded, padding, empty, summary
+
+    def user_representation(self, batch) -> torch.Tensor:
+        """D-dim user-only vector from id + history (no item): the KNN space of tier 3."""
+        return self._user_parts(batch)[-1]
+
+    def forward(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return ``(pair_embedding [n, D], logit [n])`` for a feature batch of tensors."""
+        user, encoded, padding, empty, summary = self._user_parts(batch)
+        item = self.item_emb(batch["item_id"])
+        interest, _ = self.target_attention(item.unsqueeze(1), encoded, encoded, key_padding_mask=padding, need_weights=False)
+        interest = interest.squeeze(1) * (~empty).unsqueeze(-1)
+        pair = self.tower(torch.cat([user, item, interest, item * interest, summary], dim=-1))
+        return pair, self.head(pair).squeeze(-1)

@@ -1,0 +1,234 @@
+"""Training and batched inference for the FM and VM (pure torch + numpy, no Spark).
+
+Jobs read events with Spark, hand plain arrays here, and save the result with
+:mod:`solaris.models.checkpoint`. Keeping the loop Spark-free lets tests and benchmarks train
+small models in seconds and keeps one implementation of early stopping and metrics.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from solaris import metrics
+from solaris.config import SolarisConfig, TrainingConfig
+from solaris.features import Features, HistoryIndex, time_split, training_features
+from solaris.models.common import seed_everything, to_tensors
+from solaris.models.fm import FMSpec, FoundationModel
+from solaris.models.vm import VerticalModel, VMSpec, distillation_loss
+
+log = logging.getLogger(__name__)
+
+VM_VARIANTS = ("baseline", "distilled", "solaris", "solaris_distilled")
+
+
+@dataclass
+class TrainResult:
+    model: nn.Module
+    validation: dict[str, float]
+    epochs: list[dict[str, float]] = field(default_factory=list)
+    best_epoch: int = 0
+    seconds: float = 0.0
+
+
+def _batch(features: Features, rows: np.ndarray, extras: dict[str, np.ndarray], device) -> dict:
+    batch = to_tensors(features, device, rows)
+    for name, array in extras.items():
+        batch[name] = torch.as_tensor(np.ascontiguousarray(array[rows])).to(device)
+    return batch
+
+
+def _logits(model: nn.Module, output) -> torch.Tensor:
+    return output[1] if isinstance(output, tuple) else output
+
+
+@torch.inference_mode()
+def predict(
+    model: nn.Module,
+    features: Features,
+    extras: dict[str, np.ndarray] | None = None,
+    batch_size: int = 8192,
+    device: str | torch.device = "cpu",
+    with_embeddings: bool = False,
+):
+    """Probabilities (and, for the FM, pair embeddings and logits) for every row, in batches."""
+    model.eval()
+    extras = extras or {}
+    n = len(features)
+    probs = np.empty(n, dtype=np.float32)
+    logits = np.empty(n, dtype=np.float32)
+    embeddings = None
+    for start in range(0, n, batch_size):
+        rows = np.arange(start, min(start + batch_size, n))
+        output = model(_batch(features, rows, extras, device))
+        logit = _logits(model, output)
+        logits[rows] = logit.float().cpu().numpy()
+        probs[rows] = torch.sigmoid(logit).float().cpu().numpy()
+        if with_embeddings and isinstance(output, tuple):
+            if embeddings is None:
+                embeddings = np.empty((n, output[0].shape[-1]), dtype=np.float32)
+            embeddings[rows] = output[0].float().cpu().numpy()
+    return (probs, logits, embeddings) if with_embeddings else probs
+
+
+def fit(
+    model: nn.Module,
+    features: Features,
+    labels: np.ndarray,
+    ts_seconds: np.ndarray,
+    training: TrainingConfig,
+    seed: int,
+    extras: dict[str, np.ndarray] | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor, dict], torch.Tensor] | None = None,
+    name: str = "model",
+    device: str | torch.device = "cpu",
+) -> TrainResult:
+    """Mini-batch Adam with early stopping on NE of a time-based validation slice."""
+    seed_everything(seed)
+    torch.set_num_threads(training.threads)
+    extras = extras or {}
+    labels = np.asarray(labels, dtype=np.float32)
+    loss_fn = loss_fn or (lambda logit, y, batch: nn.functional.binary_cross_entropy_with_logits(logit, y))
+    train_rows, valid_rows = time_split(ts_seconds, training.validation_fraction)
+    if training.max_train_examples and train_rows.size > training.max_train_examples:
+        train_rows = train_rows[-training.max_train_examples:]  # keep the most recent
+    model.to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=training.learning_rate, weight_decay=training.weight_decay)
+    rng = np.random.default_rng(seed)
+    started = time.monotonic()
+    best_ne, best_state, best_epoch, stale = float("inf"), None, 0, 0
+    history: list[dict[str, float]] = []
+    valid_features = features.take(valid_rows)
+    valid_extras = {k: v[valid_rows] for k, v in extras.items()}
+    for epoch in range(1, training.max_epochs + 1):
+        model.train()
+        order = rng.permutation(train_rows)
+        total, count = 0.0, 0
+        for start in range(0, order.size, training.batch_size):
+            rows = order[start:start + training.batch_size]
+            batch = _batch(features, rows, extras, device)
+            target = torch.as_tensor(labels[rows], device=device)
+            loss = loss_fn(_logits(model, model(batch)), target, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach()) * rows.size
+            count += rows.size
+        probs = predict(model, valid_features, valid_extras, device=device)
+        scores = metrics.summary(labels[valid_rows], probs)
+        row = {"epoch": epoch, "train_loss": total / max(count, 1), **scores, "seconds": time.monotonic() - started}
+        history.append(row)
+        log.info(
+            "%s epoch %d: train loss %.4f | valid NE %.4f AUC %.4f calib %.3f | %.0fs",
+            name, epoch, row["train_loss"], scores["ne"], scores["auc"], scores["calibration"], row["seconds"],
+        )
+        if scores["ne"] < best_ne - 1e-5:
+            best_ne, best_epoch, stale = scores["ne"], epoch, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            stale += 1
+            if stale > training.patience:
+                log.info("%s early stop after epoch %d (best epoch %d)", name, epoch, best_epoch)
+                break
+    model.load_state_dict(best_state)
+    model.eval()
+    best = next(r for r in history if r["epoch"] == best_epoch)
+    return TrainResult(model, {k: best[k] for k in ("ne", "auc", "log_loss", "calibration")}, history, best_epoch,
+                       time.monotonic() - started)
+
+
+# --- recipes used by the jobs, benchmarks and the evaluation ------------------------------------
+
+
+@dataclass(frozen=True)
+class EventArrays:
+    """Events as plain arrays sorted by time (what the training jobs read from Delta)."""
+
+    user_id: np.ndarray
+    item_id: np.ndarray
+    ts: np.ndarray  # epoch seconds, int64
+    label: np.ndarray  # float32
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> "EventArrays":
+        frame = frame.sort_values(["ts", "user_id", "item_id"], kind="stable")
+        ts = frame["ts"]
+        if pd.api.types.is_datetime64_any_dtype(ts):
+            ts = (pd.to_datetime(ts, utc=True) - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(seconds=1)
+        return cls(
+            frame["user_id"].to_numpy(np.int64),
+            frame["item_id"].to_numpy(np.int64),
+            np.asarray(ts, dtype=np.int64),
+            frame["label"].to_numpy(np.float32),
+        )
+
+    def __len__(self) -> int:
+        return int(self.user_id.size)
+
+    def select(self, rows) -> "EventArrays":
+        return EventArrays(self.user_id[rows], self.item_id[rows], self.ts[rows], self.label[rows])
+
+    def index(self) -> HistoryIndex:
+        return HistoryIndex(self.user_id, self.item_id, self.ts, self.label)
+
+
+def fm_spec(config: SolarisConfig) -> FMSpec:
+    fm = config.model.fm
+    return FMSpec(config.model.embedding_dim, config.model.history_length, fm.id_buckets, fm.d_model, fm.heads,
+                  tuple(fm.tower), fm.dropout)
+
+
+def vm_spec(config: SolarisConfig, with_fm_embedding: bool = False) -> VMSpec:
+    vm = config.model.vm
+    return VMSpec(vm.id_buckets, vm.id_dim, tuple(vm.hidden), config.model.embedding_dim if with_fm_embedding else 0)
+
+
+def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device="cpu") -> TrainResult:
+    features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
+    model = FoundationModel(fm_spec(config))
+    return fit(model, features, events.label, events.ts, config.model.training, seed, name="FM", device=device)
+
+
+def train_vm(
+    events: EventArrays,
+    config: SolarisConfig,
+    seed: int,
+    variant: str = "baseline",
+    teacher_logits: np.ndarray | None = None,
+    fm_embedding: np.ndarray | None = None,
+    fm_tier: np.ndarray | None = None,
+    features: Features | None = None,
+) -> TrainResult:
+    """Train one VM variant; distilled variants need the FM's logits on the same examples."""
+    if variant not in VM_VARIANTS:
+        raise ValueError(f"unknown VM variant {variant!r}; expected one of {VM_VARIANTS}")
+    distilled = variant.endswith("distilled")
+    uses_fm = variant.startswith("solaris")
+    if distilled and teacher_logits is None:
+        raise ValueError(f"variant {variant!r} needs the FM's teacher logits")
+    if uses_fm and (fm_embedding is None or fm_tier is None):
+        raise ValueError(f"variant {variant!r} needs served FM embeddings and their tiers")
+    if features is None:
+        features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
+    extras: dict[str, np.ndarray] = {}
+    if distilled:
+        extras["teacher_logit"] = np.asarray(teacher_logits, dtype=np.float32)
+    if uses_fm:
+        extras["fm_embedding"] = np.asarray(fm_embedding, dtype=np.float32)
+        extras["fm_tier"] = np.asarray(fm_tier, dtype=np.int64)
+    kd = config.model.distillation
+
+    def loss_fn(logit, target, batch):
+        teacher = batch.get("teacher_logit")
+        return distillation_loss(logit, target, teacher, kd.weight if distilled else 0.0, kd.temperature)
+
+    model = VerticalModel(vm_spec(config, with_fm_embedding=uses_fm))
+    return fit(model, features, events.label, events.ts, config.model.training, seed, extras, loss_fn, name=f"VM[{variant}]")

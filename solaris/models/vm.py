@@ -1,0 +1,98 @@
+"""The vertical model (VM): the small real-time model, and the verifier.
+
+One architecture for the four variants of DESIGN.md §5, which differ only in inputs and loss:
+
+* *baseline*: cheap features only (hashed user/item ids in small tables, item popularity, user
+  recency);
+* *distilled*: same inputs, trained on labels mixed with FM soft labels (:func:`distillation_loss`);
+* *SOLARIS*: plus the FM embedding served for the pair (tier 1, 2 or 3) and a one-hot of its tier
+  (tier 0 = nothing served, a zero vector), so the model learns how much to trust each tier;
+* *SOLARIS+distilled*: both.
+
+The verifier is the baseline VM scoring candidate pairs (:func:`verifier_scores`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from solaris.models.common import HashedEmbedding, mlp, to_tensors
+
+N_TIERS = 4  # 0 none, 1 pair, 2 user aggregate, 3 KNN-imputed
+
+
+@dataclass(frozen=True)
+class VMSpec:
+    id_buckets: int = 4096
+    id_dim: int = 8
+    hidden: tuple[int, ...] = (32,)
+    fm_embedding_dim: int = 0  # 0 = no FM input slot (baseline / distilled / verifier)
+
+    def to_dict(self) -> dict:
+        return {"arch": "vm", **asdict(self)}
+
+
+class VerticalModel(nn.Module):
+    arch = "vm"
+
+    def __init__(self, spec: VMSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.user_emb = HashedEmbedding(spec.id_buckets, spec.id_dim, salt=11)
+        self.item_emb = HashedEmbedding(spec.id_buckets, spec.id_dim, salt=12)
+        width = 2 * spec.id_dim + 3
+        if spec.fm_embedding_dim:
+            width += spec.fm_embedding_dim + N_TIERS
+        self.net = mlp([width, *spec.hidden, 1])
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        parts = [
+            self.user_emb(batch["user_id"]),
+            self.item_emb(batch["item_id"]),
+            batch["item_pop"].unsqueeze(-1),
+            batch["user_recency"].unsqueeze(-1),
+            batch["user_has_history"].unsqueeze(-1),
+        ]
+        if self.spec.fm_embedding_dim:
+            embedding = batch["fm_embedding"]
+            if embedding.shape[-1] != self.spec.fm_embedding_dim:
+                raise ValueError(f"fm_embedding has dim {embedding.shape[-1]}, model expects {self.spec.fm_embedding_dim}")
+            parts += [embedding, F.one_hot(batch["fm_tier"].long(), N_TIERS).float()]
+        return self.net(torch.cat(parts, dim=-1)).squeeze(-1)
+
+
+def distillation_loss(student_logit, labels, teacher_logit=None, weight: float = 0.0, temperature: float = 1.0):
+    """(1 - w) * BCE(labels) + w * T^2 * BCE(sigmoid(teacher / T) as soft target, student / T).
+
+    The standard Hinton KD loss written for a binary click logit; ``weight == 0`` is plain BCE.
+    """
+    hard = F.binary_cross_entropy_with_logits(student_logit, labels)
+    if weight == 0.0 or teacher_logit is None:
+        return hard
+    soft_target = torch.sigmoid(teacher_logit / temperature)
+    soft = F.binary_cross_entropy_with_logits(student_logit / temperature, soft_target)
+    return (1.0 - weight) * hard + weight * (temperature**2) * soft
+
+
+@torch.inference_mode()
+def verifier_scores(model: VerticalModel, batch, batch_size: int = 65536) -> np.ndarray:
+    """Probability of relevance for each candidate pair, from the baseline VM (the verifier).
+
+    ``batch`` is a :class:`solaris.features.Features` (or a dict of tensors); returns float32 [n].
+    """
+    if model.spec.fm_embedding_dim:
+        raise ValueError("the verifier is the VM without FM inputs")
+    model.eval()
+    if isinstance(batch, dict):
+        return torch.sigmoid(model(batch)).float().cpu().numpy()
+    n = len(batch)
+    out = np.empty(n, dtype=np.float32)
+    for start in range(0, n, batch_size):
+        rows = slice(start, min(start + batch_size, n))
+        out[rows] = torch.sigmoid(model(to_tensors(batch, index=rows))).float().numpy()
+    return out
