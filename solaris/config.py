@@ -16,12 +16,14 @@ from typing import Any, Iterable
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from solaris.errors import RefusedError
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_PATH = REPO_ROOT / "conf" / "solaris.yaml"
 CONFIG_ENV_VAR = "SOLARIS_CONFIG"
 
 
-class ConfigError(ValueError):
+class ConfigError(RefusedError):
     """Raised for any invalid configuration; the message names the offending key."""
 
 

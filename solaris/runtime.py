@@ -12,7 +12,8 @@ import sys
 import time
 from typing import Callable
 
-from solaris.config import ConfigError, SolarisConfig, load_config
+from solaris.config import SolarisConfig, load_config
+from solaris.errors import RefusedError
 from solaris.timeutil import parse_utc
 
 EXIT_OK = 0
@@ -22,7 +23,7 @@ EXIT_BAD_INPUT = 2
 log = logging.getLogger("solaris")
 
 
-class JobInputError(ValueError):
+class JobInputError(RefusedError):
     """Input the job refuses before writing anything (message is shown to the user as-is)."""
 
 
@@ -70,14 +71,10 @@ def as_of_arg(text: str):
 
 def run_job(name: str, body: Callable[[], None]) -> int:
     """Run a job body and map failures to exit codes with a one-line reason in the log."""
-    from solaris.models.checkpoint import CheckpointError
-    from solaris.sources import SourceError
-    from solaris.spark import SparkSetupError
-
     started = time.monotonic()
     try:
         body()
-    except (ConfigError, SourceError, JobInputError, SparkSetupError, CheckpointError) as error:
+    except RefusedError as error:
         log.error("%s refused: %s", name, error)
         return EXIT_BAD_INPUT
     except Exception:

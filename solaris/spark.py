@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from solaris.config import SolarisConfig
+from solaris.errors import RefusedError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 DELTA_JAR_PATTERNS = ("delta-spark_*.jar", "delta-storage-*.jar")
 
 
-class SparkSetupError(RuntimeError):
+class SparkSetupError(RefusedError):
     """The Spark environment is not usable (missing JARs, wrong launch)."""
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from solaris.errors import RefusedError
 from solaris.models.fm import FMSpec, FoundationModel
 from solaris.models.vm import VerticalModel, VMSpec
 
@@ -34,7 +35,7 @@ METADATA = "metadata.json"
 LATEST = "LATEST"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(RefusedError):
     """A checkpoint that is missing, corrupt, foreign or does not fit the expected model."""
 
 

@@ -1,0 +1,58 @@
+"""Training jobs end to end on real Spark + Delta: events -> checkpoints -> runs audit."""
+
+from __future__ import annotations
+
+import pytest
+
+from solaris.jobs import train_fm, train_vm
+from solaris.jobs.ingest import ingest
+from solaris.models.checkpoint import load_checkpoint
+from solaris.sources import resolve_source
+
+SMALL = [
+    "synthetic.n_events=6000", "synthetic.n_users=150", "synthetic.n_items=120", "synthetic.chunks=2",
+    "synthetic.days=20", "model.embedding_dim=16", "model.history_length=8", "model.fm.id_buckets=1024",
+    "model.fm.d_model=16", "model.fm.tower=[32]", "model.training.max_epochs=2", "model.training.batch_size=512",
+]
+AS_OF = "2026-01-15T00:00:00Z"
+
+
+@pytest.fixture(scope="module")
+def trained(spark, tmp_path_factory):
+    from solaris.config import load_config
+    from tests.conftest import TEST_OVERRIDES
+
+    config = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={tmp_path_factory.mktemp('train')}", *SMALL])
+    ingest(spark, config, resolve_source("synthetic"), None, "ingest-syn")
+    common = ["--warehouse", str(config.warehouse), "--master", "local[2]", *sum((["--set", o] for o in SMALL), [])]
+    assert train_fm.main(["--as-of", AS_OF, *common]) == 0
+    return config, common
+
+
+def test_train_fm_and_vm_variants_write_loadable_checkpoints(spark, trained):
+    config, common = trained
+    fm, fm_meta = load_checkpoint(config.warehouse / "models" / "fm", "fm", 16)
+    assert fm_meta["as_of"].startswith("2026-01-15") and fm_meta["data_range"][1] <= 1768435200
+    assert 0 < fm_meta["validation"]["ne"] < 1.5 and len(fm_meta["epochs"]) >= 1
+    assert train_vm.main(["--as-of", AS_OF, *common]) == 0
+    assert train_vm.main(["--as-of", AS_OF, "--variant", "distilled", *common]) == 0
+    _, vm_meta = load_checkpoint(config.warehouse / "models" / "vm_distilled", "vm")
+    assert vm_meta["teacher_fm_version"] == fm_meta["version"]
+    runs = {row["job"]: row for row in spark.read.format("delta").load(config.table_path("runs")).collect()}
+    assert {"train_fm", "train_vm_baseline", "train_vm_distilled"} <= set(runs)
+    assert runs["train_fm"]["status"] == "success" and fm_meta["version"] in runs["train_fm"]["details"]
+
+
+def test_distilled_refuses_an_fm_of_another_dimension(trained):
+    config, common = trained
+    models = config.warehouse / "models"
+    before = sorted(p.name for p in models.rglob("*"))
+    code = train_vm.main(["--as-of", AS_OF, "--variant", "distilled", "--output", "models/vm_d32", *common,
+                          "--set", "model.embedding_dim=32"])
+    assert code == 2
+    assert sorted(p.name for p in models.rglob("*")) == before
+
+
+def test_training_before_any_event_is_refused(trained):
+    _, common = trained
+    assert train_fm.main(["--as-of", "2020-01-01T00:00:00Z", *common]) == 2

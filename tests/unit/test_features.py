@@ -1,0 +1,79 @@
+"""Point-in-time features: nothing at or after the request time, and never the event's own label."""
+
+import numpy as np
+
+from solaris.features import NO_HISTORY_RECENCY, HistoryIndex, time_split, training_features
+
+# user 1: items 10 (t=100, liked), 11 (t=200), 12 and 13 at the same second t=300 (13 liked)
+USERS = np.array([1, 1, 1, 1, 2])
+ITEMS = np.array([10, 11, 12, 13, 10])
+TS = np.array([100, 200, 300, 300, 250])
+LABELS = np.array([1.0, 0.0, 0.0, 1.0, 1.0])
+
+
+def _history(features, row):
+    mask = features.hist_mask[row]
+    return features.hist_items[row][mask].tolist(), features.hist_labels[row][mask].tolist()
+
+
+def test_history_is_strictly_before_and_most_recent_last():
+    features = training_features(USERS, ITEMS, TS, LABELS, history_length=5)
+    assert _history(features, 0) == ([], [])
+    assert _history(features, 1) == ([10], [1.0])
+    # same-second events never see each other (neither item 12 nor 13 nor their labels)
+    assert _history(features, 2) == ([10, 11], [1.0, 0.0])
+    assert _history(features, 3) == ([10, 11], [1.0, 0.0])
+    assert features.hist_mask[2].tolist() == [False, False, False, True, True]
+
+
+def test_own_label_never_leaks_into_features():
+    # Flip every label: each event's features must be identical except through *earlier* events.
+    rng = np.random.default_rng(0)
+    n = 2000
+    users, items = rng.integers(0, 50, n), rng.integers(0, 80, n)
+    ts = rng.integers(0, 10_000, n)
+    labels = rng.integers(0, 2, n).astype(float)
+    base = training_features(users, items, ts, labels, 8)
+    for row in rng.choice(n, 50, replace=False):
+        flipped = labels.copy()
+        flipped[row] = 1 - flipped[row]
+        other = training_features(users, items, ts, flipped, 8)
+        affected = np.flatnonzero(np.any((base.hist_labels != other.hist_labels) & base.hist_mask, axis=1))
+        # only requests strictly later than the flipped event, by the same user, may change
+        assert set(affected.tolist()) <= set(np.flatnonzero((users == users[row]) & (ts > ts[row])).tolist())
+        assert row not in affected
+
+
+def test_history_truncates_to_last_n():
+    features = training_features(USERS, ITEMS, TS, LABELS, history_length=1)
+    assert _history(features, 2) == ([11], [0.0])
+
+
+def test_item_popularity_and_recency_are_point_in_time():
+    features = training_features(USERS, ITEMS, TS, LABELS, history_length=3)
+    # item 10 seen at t=100 only before user 2's request at t=250
+    assert features.item_pop[4] == np.float32(np.log1p(1))
+    assert features.item_pop[0] == 0.0
+    assert features.user_recency[1] == np.float32(np.log1p(100 / 3600))
+    assert features.user_recency[0] == np.float32(NO_HISTORY_RECENCY)
+    assert features.user_has_history.tolist() == [0, 1, 1, 1, 0]
+
+
+def test_unknown_users_and_items_get_empty_features():
+    index = HistoryIndex(USERS, ITEMS, TS, LABELS)
+    features = index.query([99, 1], [999, 10], [1000, 1000], history_length=4)
+    assert not features.hist_mask[0].any() and features.item_pop[0] == 0
+    assert features.hist_mask[1].sum() == 4
+    assert features.item_pop[1] == np.float32(np.log1p(2))  # item 10 at t=100 and t=250
+
+
+def test_query_after_all_events_sees_everything_before():
+    index = HistoryIndex(USERS, ITEMS, TS, LABELS)
+    features = index.query([1], [10], [301], history_length=10)
+    assert _history(features, 0)[0] == [10, 11, 12, 13]
+
+
+def test_time_split_validation_is_latest():
+    ts = np.arange(100)
+    train, valid = time_split(ts, 0.2)
+    assert ts[train].max() < ts[valid].min() and valid.size == 20

@@ -1,0 +1,94 @@
+import numpy as np
+import pytest
+import torch
+
+from solaris.features import training_features
+from solaris.models.common import pick_device, to_tensors
+from solaris.models.fm import FMSpec, FoundationModel
+from solaris.models.vm import VerticalModel, VMSpec, distillation_loss, verifier_scores
+
+SMALL_FM = FMSpec(embedding_dim=16, history_length=6, id_buckets=512, d_model=16, heads=2, tower=(32,), dropout=0.0)
+
+
+def _features(n=64, seed=0):
+    rng = np.random.default_rng(seed)
+    users, items = rng.integers(1, 20, n), rng.integers(1, 30, n)
+    ts = np.sort(rng.integers(0, 5000, n))
+    labels = rng.integers(0, 2, n).astype(np.float32)
+    return training_features(users, items, ts, labels, SMALL_FM.history_length), labels
+
+
+def test_fm_outputs_pair_embedding_logit_and_user_representation():
+    torch.manual_seed(0)
+    model = FoundationModel(SMALL_FM).eval()
+    features, _ = _features()
+    batch = to_tensors(features)
+    with torch.inference_mode():
+        pair, logit = model(batch)
+        user = model.user_representation(batch)
+    assert pair.shape == (64, 16) and logit.shape == (64,) and user.shape == (64, 16)
+    assert torch.isfinite(pair).all() and torch.isfinite(logit).all()
+    assert not features.hist_mask[0].any()  # the first request has no history and still works
+
+
+def test_fm_is_deterministic_given_seed():
+    features, _ = _features()
+    outputs = []
+    for _ in range(2):
+        torch.manual_seed(123)
+        model = FoundationModel(SMALL_FM).eval()
+        with torch.inference_mode():
+            outputs.append(model(to_tensors(features))[0])
+    assert torch.equal(outputs[0], outputs[1])
+
+
+def test_fm_pair_embedding_depends_on_item():
+    torch.manual_seed(0)
+    model = FoundationModel(SMALL_FM).eval()
+    features, _ = _features()
+    batch = to_tensors(features)
+    other = dict(batch, item_id=batch["item_id"] + 1000)
+    with torch.inference_mode():
+        assert not torch.allclose(model(batch)[0], model(other)[0])
+        assert torch.allclose(model.user_representation(batch), model.user_representation(other))
+
+
+def test_vm_with_and_without_fm_slot():
+    features, _ = _features()
+    batch = to_tensors(features)
+    baseline = VerticalModel(VMSpec(id_buckets=64, id_dim=4, hidden=(8,)))
+    assert baseline(batch).shape == (64,)
+    solaris = VerticalModel(VMSpec(id_buckets=64, id_dim=4, hidden=(8,), fm_embedding_dim=16))
+    batch = dict(batch, fm_embedding=torch.zeros(64, 16), fm_tier=torch.zeros(64, dtype=torch.long))
+    assert solaris(batch).shape == (64,)
+    with pytest.raises(ValueError, match="dim"):
+        solaris(dict(batch, fm_embedding=torch.zeros(64, 8)))
+
+
+def test_kd_loss_reduces_to_bce_at_weight_zero_and_uses_teacher_otherwise():
+    logit = torch.tensor([0.3, -1.2, 2.0])
+    labels = torch.tensor([1.0, 0.0, 1.0])
+    teacher = torch.tensor([-2.0, 3.0, 0.0])
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(logit, labels)
+    assert torch.allclose(distillation_loss(logit, labels, teacher, weight=0.0, temperature=2.0), bce)
+    mixed = distillation_loss(logit, labels, teacher, weight=0.5, temperature=2.0)
+    assert not torch.allclose(mixed, bce)
+    # pure KD at T=1 equals BCE against the teacher's probabilities
+    pure = distillation_loss(logit, labels, teacher, weight=1.0, temperature=1.0)
+    assert torch.allclose(pure, torch.nn.functional.binary_cross_entropy_with_logits(logit, torch.sigmoid(teacher)))
+
+
+def test_verifier_scores_are_probabilities_and_refuse_fm_inputs():
+    features, _ = _features(n=100)
+    model = VerticalModel(VMSpec(id_buckets=64, id_dim=4, hidden=(8,)))
+    scores = verifier_scores(model, features, batch_size=32)
+    assert scores.shape == (100,) and scores.dtype == np.float32
+    assert ((scores > 0) & (scores < 1)).all()
+    with pytest.raises(ValueError):
+        verifier_scores(VerticalModel(VMSpec(id_buckets=64, id_dim=4, hidden=(8,), fm_embedding_dim=4)), features)
+
+
+def test_device_choice_falls_back_to_cpu():
+    device = pick_device()
+    assert device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert pick_device(prefer_gpu=False).type == "cpu"
