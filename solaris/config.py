@@ -141,12 +141,41 @@ class ModelConfig(_Strict):
     distillation: DistillationConfig = DistillationConfig()
 
 
+class CandidateConfig(_Strict):
+    """Speculation rules (sql/candidates.sql): who is likely to ask, and for which items."""
+
+    lookback_hours: float = Field(168, gt=0)  # users active in this window get candidates
+    recent_items: int = Field(20, ge=1)
+    cooc_days: float = Field(30, gt=0)
+    cooc_items_per_user: int = Field(30, ge=2)
+    cooc_neighbors: int = Field(30, ge=1)
+    trending_hours: float = Field(72, gt=0)
+    trending_items: int = Field(50, ge=0)
+    weight_cooc: float = Field(1.0, ge=0)
+    weight_trending: float = Field(0.5, ge=0)
+    weight_recent: float = Field(0.3, ge=0)
+    per_user: int = Field(50, ge=1)
+    budget: int = Field(200_000, ge=1)
+
+
+class VerifierConfig(_Strict):
+    """Which scored pairs are kept. Every rule set is applied; null disables a rule."""
+
+    threshold: float | None = Field(0.5, ge=0, le=1)
+    top_k_per_user: int | None = Field(None, ge=1)
+    budget: int | None = Field(None, ge=1)
+
+
 class PrecomputeConfig(_Strict):
     ttl_hours: float = Field(6, gt=0)
     horizon_hours: float = Field(1, gt=0)
-    candidate_budget: int = Field(200_000, ge=1)
-    candidates_per_user: int = Field(50, ge=1)
-    verifier_threshold: float = 0.0
+    fm_checkpoint: str = "models/fm"
+    verifier_checkpoint: str = "models/vm_baseline"
+    model_batch_size: int = Field(4096, ge=1)  # rows per FM forward pass (separate from Arrow batch size)
+    torch_threads: int = Field(1, ge=1)  # per Python worker; local[2] runs 2 workers
+    expiry_bucket: str = Field("hour", pattern="^(hour|day)$")
+    candidates: CandidateConfig = CandidateConfig()
+    verifier: VerifierConfig = VerifierConfig()
 
 
 class SolarisConfig(_Strict):

@@ -135,3 +135,57 @@ def time_split(ts_seconds: np.ndarray, validation_fraction: float) -> tuple[np.n
     if train.size == 0 or valid.size == 0:
         raise ValueError("time split left an empty train or validation slice; need events spread over time")
     return train, valid
+
+
+def pad_histories(offsets: np.ndarray, values: np.ndarray, history_length: int, fill=0) -> tuple[np.ndarray, np.ndarray]:
+    """Ragged lists (Arrow offsets + flat values, oldest first) -> right-aligned ``[n, N]`` + mask.
+
+    Only the last ``history_length`` values of each list are kept, most recent in the last column,
+    matching :meth:`HistoryIndex.query`.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n = offsets.size - 1
+    lengths = np.minimum(np.diff(offsets), history_length)
+    steps = np.arange(history_length, 0, -1)
+    index = offsets[1:, None] - steps[None, :]
+    mask = steps[None, :] <= lengths[:, None]
+    out = np.full((n, history_length), fill, dtype=np.asarray(values).dtype if len(values) else np.float64)
+    if len(values):
+        out[mask] = np.asarray(values)[index[mask]]
+    return out, mask
+
+
+def features_from_histories(
+    user_id,
+    item_id,
+    hist_offsets,
+    hist_items,
+    hist_labels,
+    hist_ts,
+    item_count,
+    request_ts: int,
+    history_length: int,
+) -> Features:
+    """Features for requests at ``request_ts`` from per-row history lists built in Spark.
+
+    The Spark jobs gather each user's last N events with ``ts <= as_of`` as lists (oldest first)
+    and each item's event count; this turns them into the same :class:`Features` the models were
+    trained on. Requests are taken to happen at ``request_ts`` (the run's as-of).
+    """
+    items, mask = pad_histories(hist_offsets, np.asarray(hist_items, dtype=np.int64), history_length)
+    labels, _ = pad_histories(hist_offsets, np.asarray(hist_labels, dtype=np.float32), history_length)
+    times, _ = pad_histories(hist_offsets, np.asarray(hist_ts, dtype=np.int64), history_length)
+    hours = np.maximum(request_ts - times, 0) / SECONDS_PER_HOUR
+    has_history = mask[:, -1] if history_length else np.zeros(len(user_id), dtype=bool)
+    recency = np.where(has_history, np.log1p(np.maximum(request_ts - times[:, -1], 0) / SECONDS_PER_HOUR), NO_HISTORY_RECENCY)
+    return Features(
+        user_id=np.asarray(user_id, dtype=np.int64),
+        item_id=np.asarray(item_id, dtype=np.int64),
+        hist_items=np.where(mask, items, 0).astype(np.int64),
+        hist_labels=np.where(mask, labels, 0).astype(np.float32),
+        hist_age=np.where(mask, np.log1p(hours), 0).astype(np.float32),
+        hist_mask=mask,
+        item_pop=np.log1p(np.asarray(item_count, dtype=np.float64)).astype(np.float32),
+        user_recency=recency.astype(np.float32),
+        user_has_history=has_history.astype(np.float32),
+    )

@@ -165,3 +165,15 @@ def events_until(spark: "SparkSession", config: SolarisConfig, as_of: datetime, 
         .select("user_id", "item_id", F.unix_seconds("ts").alias("ts"), "label")
         .toPandas()
     )
+
+
+def register_decoded_view(spark: "SparkSession", path: str) -> "DataFrame":
+    """Temp view ``pair_embeddings_decoded``: the table plus ``embedding_array`` (array<float>)."""
+    from solaris.sql import SQL_DIR
+
+    spark.read.format("delta").load(path).createOrReplaceTempView("pair_embeddings_raw")
+    statement = "\n".join(
+        line for line in (SQL_DIR / "pair_embeddings_view.sql").read_text().splitlines() if not line.startswith("--")
+    )
+    spark.sql(statement)
+    return spark.table("pair_embeddings_decoded")

@@ -69,7 +69,10 @@ def to_tensors(features: Features, device: torch.device | str = "cpu", index: np
         array = getattr(features, name)
         if index is not None:
             array = array[index]
-        batch[name] = torch.as_tensor(np.ascontiguousarray(array)).to(device=device, dtype=dtype)
+        array = np.ascontiguousarray(array)
+        if not array.flags.writeable:  # Arrow zero-copy buffers are read-only; torch wants to own them
+            array = array.copy()
+        batch[name] = torch.from_numpy(array).to(device=device, dtype=dtype)
     return batch
 
 

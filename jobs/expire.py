@@ -1,0 +1,83 @@
+"""Expire: delete pair embeddings whose TTL has passed, then VACUUM (retention guard left on).
+
+Deletes rows with ``expires_at <= as_of`` from ``pair_embeddings`` (whole expiry buckets at once
+when they are entirely past, which Delta turns into metadata-only removes), then runs VACUUM with
+the table's normal retention (Delta's 7-day guard is never disabled here: concurrent readers of
+pinned snapshot versions keep working). ``--optimize`` compacts the still-live recent buckets.
+The resolver also enforces ``now < expires_at`` at read time, so expiry is belt and braces.
+
+    solaris expire --as-of 2000-12-01T06:00:00Z
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+
+log = logging.getLogger("solaris.expire")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="solaris expire", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 2)[-1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--as-of", type=as_of_arg, required=True, help="the run's logical time (UTC)")
+    parser.add_argument("--optimize", action="store_true", help="compact small files of live expiry buckets")
+    parser.add_argument("--no-vacuum", action="store_true", help="skip VACUUM (it never bypasses the retention guard)")
+    add_common_args(parser)
+    return parser
+
+
+def run(spark, config, as_of, run_id: str, optimize: bool = False, vacuum: bool = True) -> dict:
+    from delta.tables import DeltaTable
+
+    from solaris.sql import literal
+    from solaris.tables import RunRecord, table_exists, table_version
+
+    record = RunRecord(run_id=run_id, job="expire", as_of=as_of)
+    path = config.table_path("pair_embeddings")
+    if not table_exists(spark, path):
+        log.info("no pair_embeddings table yet at %s: nothing to expire", path)
+        record.write(spark, config, "success")
+        return {"expired": 0}
+    table = DeltaTable.forPath(spark, path)
+    cutoff = literal(as_of)
+    expired = spark.read.format("delta").load(path).where(f"expires_at <= {cutoff}").count()
+    if expired:
+        # Partition filter first so fully-expired buckets are dropped without rewriting files.
+        table.delete(f"expiry_bucket <= {cutoff} AND expires_at <= {cutoff}")
+    if optimize:
+        table.optimize().where(f"expiry_bucket > {cutoff}").executeCompaction()
+    if vacuum:
+        table.vacuum()  # default retention: the 7-day guard stays on
+    remaining = spark.read.format("delta").load(path).count()
+    record.rows_in, record.rows_out = expired + remaining, remaining
+    record.table_versions = {"pair_embeddings": table_version(spark, path)}
+    record.details = {"expired": expired, "remaining": remaining, "optimized": optimize, "vacuumed": vacuum}
+    record.write(spark, config, "success")
+    log.info("expired %d pair embeddings with expires_at <= %s; %d remain", expired, as_of, remaining)
+    return record.details
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+
+    def body() -> None:
+        from solaris.spark import get_spark
+        from solaris.speculation import default_run_id
+
+        config = config_from_args(args)
+        spark = get_spark(config, "expire")
+        result = run(spark, config, args.as_of, args.run_id or default_run_id("precompute", args.as_of),
+                     args.optimize, not args.no_vacuum)
+        print(f"expired={result['expired']} from {config.table_path('pair_embeddings')}")
+
+    return run_job("expire", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

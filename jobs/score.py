@@ -1,0 +1,212 @@
+"""Score, verify and store: candidates -> FM pair embeddings -> verifier -> ``pair_embeddings``.
+
+For the run at ``--as-of t``:
+
+1. point-in-time features in Spark: each candidate user's last N events with ``ts <= t`` (as
+   lists) and each candidate item's event count up to ``t``;
+2. the FM and the verifier score every candidate in ``udfs/fm_scoring`` (``mapInArrow``, models
+   loaded once per Python worker, GPU when the task has one);
+3. the verifier rule (threshold / top-k per user / global budget, ``precompute.verifier``) keeps
+   the relevant pairs; the effective threshold is recorded in ``runs``;
+4. verified pairs with non-finite or wrong-size embeddings go to ``quarantine``; the rest are
+   MERGEd into ``pair_embeddings`` on (user_id, item_id) with ``computed_at = t`` and
+   ``expires_at = t + ttl``, partitioned by expiry bucket. A re-scored pair replaces the old row
+   and refreshes its TTL; rerunning the same run id changes nothing.
+
+    solaris score --as-of 2000-12-01T00:00:00Z
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from solaris.runtime import JobInputError, add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+
+log = logging.getLogger("solaris.score")
+
+PAIR_COLUMNS = (
+    "user_id", "item_id", "embedding", "fm_score", "verifier_score", "fm_version", "verifier_version", "run_id",
+    "source", "spec_score", "computed_at", "expires_at", "expiry_bucket",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="solaris score", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 2)[-1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--as-of", type=as_of_arg, required=True, help="the run's logical time (UTC)")
+    parser.add_argument("--fm", help="FM checkpoint under the warehouse (default: precompute.fm_checkpoint)")
+    parser.add_argument("--verifier", help="verifier checkpoint (default: precompute.verifier_checkpoint)")
+    add_common_args(parser)
+    return parser
+
+
+def candidate_features(spark, config, candidates, as_of):
+    """Join candidates with point-in-time history lists and item counts (events <= as_of)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    events = spark.read.format("delta").load(config.table_path("events")).where(F.col("ts") <= F.lit(as_of))
+    users = candidates.select("user_id").distinct()
+    items = candidates.select("item_id").distinct()
+    recent = (
+        events.join(users, "user_id", "left_semi")
+        .withColumn("rank", F.row_number().over(
+            Window.partitionBy("user_id").orderBy(F.col("ts").desc(), F.col("item_id").desc())))
+        .where(F.col("rank") <= config.model.history_length)
+    )
+    histories = recent.groupBy("user_id").agg(
+        F.array_sort(F.collect_list(F.struct(
+            F.unix_seconds("ts").alias("ts"), F.col("item_id").alias("item"), F.col("label").cast("float").alias("label")
+        ))).alias("history")
+    ).select(
+        "user_id",
+        F.col("history.item").alias("hist_items"),
+        F.col("history.label").alias("hist_labels"),
+        F.col("history.ts").alias("hist_ts"),
+    )
+    counts = events.join(items, "item_id", "left_semi").groupBy("item_id").agg(F.count("*").alias("item_count"))
+    empty_long = F.array().cast("array<bigint>")
+    return (
+        candidates.join(histories, "user_id", "left").join(counts, "item_id", "left")
+        .select(
+            "user_id", "item_id",
+            F.coalesce("hist_items", empty_long).alias("hist_items"),
+            F.coalesce("hist_labels", F.array().cast("array<float>")).alias("hist_labels"),
+            F.coalesce("hist_ts", empty_long).alias("hist_ts"),
+            F.coalesce("item_count", F.lit(0)).cast("bigint").alias("item_count"),
+        )
+    )
+
+
+def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_path: str | None = None,
+        load_log_dir: str | None = None) -> dict:
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
+    from solaris.speculation import effective_threshold
+    from solaris.tables import RunRecord, merge_into, table_version, write_quarantine
+    from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
+
+    pre = config.precompute
+    fm_dir = resolve_checkpoint(config.resolve_under_warehouse(fm_path or pre.fm_checkpoint))
+    verifier_dir = resolve_checkpoint(config.resolve_under_warehouse(verifier_path or pre.verifier_checkpoint))
+    # Refuse a bad checkpoint on the driver, before any executor work or write.
+    _, fm_meta = load_checkpoint(fm_dir, "fm", config.model.embedding_dim)
+    _, verifier_meta = load_checkpoint(verifier_dir, "vm")
+    record = RunRecord(run_id=run_id, job="score", as_of=as_of)
+
+    candidates_path = config.table_path("candidates")
+    from solaris.tables import table_exists
+
+    if not table_exists(spark, candidates_path):
+        raise JobInputError(f"no candidates table at {candidates_path}: run `solaris candidates` first")
+    candidates = spark.read.format("delta").load(candidates_path).where(F.col("run_id") == run_id)
+    spec = ScoringSpec(
+        fm_checkpoint=str(fm_dir), verifier_checkpoint=str(verifier_dir), embedding_dim=config.model.embedding_dim,
+        history_length=config.model.history_length, request_ts=int(as_of.timestamp()),
+        model_batch_size=pre.model_batch_size, torch_threads=pre.torch_threads, load_log_dir=load_log_dir,
+    )
+    features = candidate_features(spark, config, candidates.select("user_id", "item_id"), as_of)
+    scored = (
+        features.mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
+        .join(candidates.select("user_id", "item_id", "source", "spec_score"), ["user_id", "item_id"])
+        .withColumn(
+            "quarantine_reason",
+            F.when(F.col("quarantine_reason").isNotNull(), F.col("quarantine_reason"))
+            .when(F.octet_length("embedding") != 4 * config.model.embedding_dim, F.lit("wrong embedding dimension"))
+            .when(F.isnan("verifier_score"), F.lit("non-finite verifier_score")),
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    try:
+        n_candidates = scored.count()
+        if n_candidates == 0:
+            log.warning("run %s has no candidates; nothing to score", run_id)
+        scores = (
+            scored.where(F.col("quarantine_reason").isNull() | (F.col("quarantine_reason") != "non-finite verifier_score"))
+            .select("verifier_score").toPandas()["verifier_score"].to_numpy()
+        )
+        threshold = effective_threshold(scores, pre.verifier)
+        verified = scored.where(F.col("verifier_score") >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False))
+        if pre.verifier.top_k_per_user is not None:
+            from pyspark.sql import Window
+
+            window = Window.partitionBy("user_id").orderBy(F.col("verifier_score").desc(), F.col("item_id"))
+            verified = verified.withColumn("_rank", F.row_number().over(window)).where(
+                F.col("_rank") <= pre.verifier.top_k_per_user).drop("_rank")
+        computed_at = F.lit(as_of).cast("timestamp")
+        expires_at = computed_at + F.expr(f"make_dt_interval(0, 0, 0, {float(pre.ttl_hours) * 3600.0})")
+        rows = verified.select(
+            "*", F.lit(run_id).alias("run_id"), computed_at.alias("computed_at"), expires_at.alias("expires_at"),
+        ).withColumn("expiry_bucket", F.date_trunc(pre.expiry_bucket, "expires_at"))
+
+        bad = rows.where(F.col("quarantine_reason").isNotNull()).select(
+            F.col("quarantine_reason").alias("reason"),
+            F.to_json(F.struct("user_id", "item_id", "fm_score", "verifier_score", "fm_version", "verifier_version",
+                               "run_id")).alias("payload"),
+            computed_at.alias("seen_at"),
+        )
+        good = rows.where(F.col("quarantine_reason").isNull()).select(*PAIR_COLUMNS)
+        write_quarantine(spark, config, bad, "pair_embeddings", run_id)
+        path = config.table_path("pair_embeddings")
+        _merge_pairs(spark, good, path)
+
+        n_verified = rows.count()
+        n_quarantined = bad.count()
+        n_written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id).count()
+        record.rows_in, record.rows_out, record.rows_quarantined = n_candidates, n_written, n_quarantined
+        record.table_versions = {"pair_embeddings": table_version(spark, path)}
+        record.details = {
+            "candidates": n_candidates, "verified": n_verified, "written": n_written, "quarantined": n_quarantined,
+            "effective_threshold": None if threshold == float("inf") else threshold,
+            "fm_version": fm_meta["version"], "verifier_version": verifier_meta["version"],
+        }
+        record.write(spark, config, "success")
+        log.info("run %s: %d candidates -> %d verified (threshold %.4f) -> %d written, %d quarantined",
+                 run_id, n_candidates, n_verified, threshold, n_written, n_quarantined)
+        return record.details
+    finally:
+        scored.unpersist()
+
+
+def _merge_pairs(spark, good, path: str) -> None:
+    """MERGE on (user_id, item_id): newer runs replace a pair (and its TTL); the same run is a no-op."""
+    from delta.tables import DeltaTable
+
+    from solaris.tables import table_exists
+
+    if not table_exists(spark, path):
+        good.limit(0).write.format("delta").partitionBy("expiry_bucket").save(path)
+    (
+        DeltaTable.forPath(spark, path).alias("t")
+        .merge(good.alias("s"), "t.user_id = s.user_id AND t.item_id = s.item_id")
+        .whenMatchedUpdateAll(condition="t.run_id <> s.run_id")
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+
+    def body() -> None:
+        from solaris.spark import get_spark
+        from solaris.speculation import default_run_id
+
+        config = config_from_args(args)
+        spark = get_spark(config, "score")
+        result = run(spark, config, args.as_of, args.run_id or default_run_id("precompute", args.as_of),
+                     args.fm, args.verifier)
+        print(f"pair_embeddings: {config.table_path('pair_embeddings')} written={result['written']} "
+              f"verified={result['verified']} candidates={result['candidates']} quarantined={result['quarantined']}")
+
+    return run_job("score", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

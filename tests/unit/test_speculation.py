@@ -1,0 +1,89 @@
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+from solaris.config import CandidateConfig, VerifierConfig
+from solaris.speculation import (
+    candidate_params,
+    default_run_id,
+    effective_threshold,
+    expires_at,
+    is_servable,
+    verify_mask,
+)
+from solaris.sql import literal, render, statements
+
+USERS = np.array([1, 1, 1, 2, 2, 3])
+ITEMS = np.array([10, 11, 12, 10, 13, 14])
+SCORES = np.array([0.9, 0.7, 0.4, 0.8, 0.6, 0.2])
+
+
+def test_threshold_only():
+    keep, threshold = verify_mask(USERS, ITEMS, SCORES, VerifierConfig(threshold=0.5))
+    assert keep.tolist() == [True, True, False, True, True, False] and threshold == pytest.approx(0.6)
+
+
+def test_empty_input_keeps_nothing():
+    keep, threshold = verify_mask(np.array([]), np.array([]), np.array([]), VerifierConfig(threshold=0.5, budget=3))
+    assert keep.size == 0 and threshold == float("inf")
+
+
+def test_all_below_threshold():
+    keep, threshold = verify_mask(USERS, ITEMS, SCORES, VerifierConfig(threshold=0.95))
+    assert not keep.any() and threshold == float("inf")
+
+
+def test_budget_larger_than_input_keeps_all_passing():
+    keep, _ = verify_mask(USERS, ITEMS, SCORES, VerifierConfig(threshold=None, budget=100))
+    assert keep.all()
+
+
+def test_budget_raises_threshold_to_quantile():
+    keep, threshold = verify_mask(USERS, ITEMS, SCORES, VerifierConfig(threshold=0.1, budget=3))
+    assert keep.sum() == 3 and threshold == pytest.approx(0.7)
+
+
+def test_budget_ties_are_dropped_together():
+    scores = np.array([0.9, 0.5, 0.5, 0.5])
+    assert effective_threshold(scores, VerifierConfig(threshold=None, budget=2)) == pytest.approx(0.9)
+    assert effective_threshold(np.array([0.5, 0.5]), VerifierConfig(threshold=None, budget=1)) == float("inf")
+
+
+def test_top_k_per_user_after_threshold_with_item_tiebreak():
+    scores = np.array([0.9, 0.9, 0.4, 0.8, 0.6, 0.2])
+    keep, _ = verify_mask(USERS, ITEMS, scores, VerifierConfig(threshold=0.3, top_k_per_user=1))
+    assert keep.tolist() == [True, False, False, True, False, False]
+
+
+def test_ttl_arithmetic_across_day_boundary():
+    computed = datetime(2026, 3, 31, 22, 30, tzinfo=timezone.utc)
+    expiry = expires_at(computed, 6)
+    assert expiry == datetime(2026, 4, 1, 4, 30, tzinfo=timezone.utc)
+    assert is_servable(datetime(2026, 4, 1, 4, 29, 59, tzinfo=timezone.utc), expiry)
+    assert not is_servable(expiry, expiry)  # at expires_at exactly it is already expired
+
+
+def test_candidate_params_render_into_sql():
+    as_of = datetime(2000, 12, 1, tzinfo=timezone.utc)
+    params = candidate_params(CandidateConfig(lookback_hours=24, trending_hours=2), as_of)
+    assert params["lookback_start"] == datetime(2000, 11, 30, tzinfo=timezone.utc)
+    sql = render("candidates", **params)
+    assert "TIMESTAMP '2000-11-30 00:00:00.000000'" in sql and "{" not in sql
+    parts = statements(sql)
+    assert parts[-1].lstrip().upper().startswith("SELECT") and len(parts) == 11
+
+
+def test_sql_rendering_refuses_unsafe_values_and_missing_params():
+    with pytest.raises(TypeError):
+        literal("x'; DROP TABLE events; --")
+    with pytest.raises(ValueError, match="missing"):
+        render("candidates", as_of=datetime(2000, 1, 1))
+    assert literal(True) == "TRUE" and literal(3) == "3"
+
+
+def test_run_ids_are_deterministic_utc():
+    from datetime import timedelta
+
+    paris = timezone(timedelta(hours=1))
+    assert default_run_id("precompute", datetime(2000, 12, 1, 1, tzinfo=paris)) == "precompute-20001201T000000Z"
