@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def candidate_features(spark, config, candidates, as_of):
-    """Join candidates with point-in-time history lists and item counts (events <= as_of)."""
+    """Join candidates with point-in-time history lists and user/item counters (events <= as_of)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -67,16 +67,20 @@ def candidate_features(spark, config, candidates, as_of):
         F.col("history.label").alias("hist_labels"),
         F.col("history.ts").alias("hist_ts"),
     )
-    counts = events.join(items, "item_id", "left_semi").groupBy("item_id").agg(F.count("*").alias("item_count"))
+    counts = events.join(items, "item_id", "left_semi").groupBy("item_id").agg(
+        F.count("*").alias("item_count"), F.sum("label").alias("item_likes"))
+    user_counts = events.join(users, "user_id", "left_semi").groupBy("user_id").agg(F.count("*").alias("user_count"))
     empty_long = F.array().cast("array<bigint>")
     return (
-        candidates.join(histories, "user_id", "left").join(counts, "item_id", "left")
+        candidates.join(histories, "user_id", "left").join(user_counts, "user_id", "left").join(counts, "item_id", "left")
         .select(
             "user_id", "item_id",
             F.coalesce("hist_items", empty_long).alias("hist_items"),
             F.coalesce("hist_labels", F.array().cast("array<float>")).alias("hist_labels"),
             F.coalesce("hist_ts", empty_long).alias("hist_ts"),
             F.coalesce("item_count", F.lit(0)).cast("bigint").alias("item_count"),
+            F.coalesce("item_likes", F.lit(0.0)).cast("double").alias("item_likes"),
+            F.coalesce("user_count", F.lit(0)).cast("bigint").alias("user_count"),
         )
     )
 

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "candidates": ("solaris.jobs.candidates", "speculate the (user, item) pairs of the next horizon"),
     "score": ("solaris.jobs.score", "FM-score and verify candidates, write pair_embeddings with TTL"),
     "expire": ("solaris.jobs.expire", "delete expired pair embeddings, then VACUUM"),
+    "hit-rate": ("solaris.jobs.hit_rate", "speculation hit rate of a run against the requests that arrived"),
 }
 
 

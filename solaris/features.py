@@ -32,6 +32,9 @@ class Features:
     item_pop: np.ndarray  # float32 log1p(# events of the item before the request)
     user_recency: np.ndarray  # float32 log1p(hours since the user's previous event)
     user_has_history: np.ndarray  # float32 0/1
+    user_like_rate: np.ndarray  # float32 smoothed share of liked events among the user's last N
+    user_log_count: np.ndarray  # float32 log1p(# events of the user before the request)
+    item_like_rate: np.ndarray  # float32 smoothed share of liked events of the item before the request
 
     def __len__(self) -> int:
         return int(self.user_id.size)
@@ -60,7 +63,10 @@ class HistoryIndex:
         self.hist_item = item_id[order]
         self.hist_label = label[order]
         self.hist_ts = ts[order]
-        self.item_keys = np.sort(self._key(self._dense(self.items, item_id), ts))
+        item_key = self._key(self._dense(self.items, item_id), ts)
+        item_order = np.argsort(item_key, kind="stable")
+        self.item_keys = item_key[item_order]
+        self.item_likes_cum = np.r_[0.0, np.cumsum(label[item_order], dtype=np.float64)]
 
     @staticmethod
     def _dense(vocab: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -106,6 +112,7 @@ class HistoryIndex:
         before = np.searchsorted(self.item_keys, self._key(np.maximum(dense_item, 0), ts), side="left")
         first = np.searchsorted(self.item_keys, self._key(np.maximum(dense_item, 0), np.full(n, self.ts_min - 10)), side="left")
         item_count = np.where(dense_item >= 0, before - first, 0)
+        item_likes = np.where(dense_item >= 0, self.item_likes_cum[before] - self.item_likes_cum[first], 0.0)
 
         return Features(
             user_id=user_id,
@@ -117,7 +124,22 @@ class HistoryIndex:
             item_pop=np.log1p(item_count).astype(np.float32),
             user_recency=user_recency.astype(np.float32),
             user_has_history=has_history.astype(np.float32),
+            **counter_features(hist_labels, mask, end - start, item_likes, item_count),
         )
+
+
+def _smoothed_rate(likes, count) -> np.ndarray:
+    """Beta(1, 1)-smoothed like rate: 0.5 with no data, the observed rate with plenty."""
+    return ((np.asarray(likes, dtype=np.float64) + 1.0) / (np.asarray(count, dtype=np.float64) + 2.0)).astype(np.float32)
+
+
+def counter_features(hist_labels, hist_mask, user_count, item_likes, item_count) -> dict[str, np.ndarray]:
+    """The VM's cheap real-time counters (what an online feature store keeps per user and item)."""
+    return {
+        "user_like_rate": _smoothed_rate((hist_labels * hist_mask).sum(axis=1), hist_mask.sum(axis=1)),
+        "user_log_count": np.log1p(np.asarray(user_count, dtype=np.float64)).astype(np.float32),
+        "item_like_rate": _smoothed_rate(item_likes, item_count),
+    }
 
 
 def training_features(user_id, item_id, ts_seconds, label, history_length: int) -> Features:
@@ -163,6 +185,8 @@ def features_from_histories(
     hist_labels,
     hist_ts,
     item_count,
+    item_likes,
+    user_count,
     request_ts: int,
     history_length: int,
 ) -> Features:
@@ -170,7 +194,8 @@ def features_from_histories(
 
     The Spark jobs gather each user's last N events with ``ts <= as_of`` as lists (oldest first)
     and each item's event count; this turns them into the same :class:`Features` the models were
-    trained on. Requests are taken to happen at ``request_ts`` (the run's as-of).
+    trained on. Requests are taken to happen at ``request_ts`` (the run's as-of). ``item_likes``
+    and ``user_count`` are the item's liked events and the user's events up to then.
     """
     items, mask = pad_histories(hist_offsets, np.asarray(hist_items, dtype=np.int64), history_length)
     labels, _ = pad_histories(hist_offsets, np.asarray(hist_labels, dtype=np.float32), history_length)
@@ -188,4 +213,5 @@ def features_from_histories(
         item_pop=np.log1p(np.asarray(item_count, dtype=np.float64)).astype(np.float32),
         user_recency=recency.astype(np.float32),
         user_has_history=has_history.astype(np.float32),
+        **counter_features(np.where(mask, labels, 0).astype(np.float32), mask, user_count, item_likes, item_count),
     )

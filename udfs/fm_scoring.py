@@ -36,7 +36,7 @@ OUTPUT_SCHEMA = (
     "user_id bigint, item_id bigint, embedding binary, fm_score float, verifier_score float, "
     "fm_version string, verifier_version string, quarantine_reason string"
 )
-INPUT_COLUMNS = ("user_id", "item_id", "hist_items", "hist_labels", "hist_ts", "item_count")
+INPUT_COLUMNS = ("user_id", "item_id", "hist_items", "hist_labels", "hist_ts", "item_count", "item_likes", "user_count")
 
 # (path, device) -> (model, version); lives as long as the Python worker.
 _MODEL_CACHE: dict[tuple[str, str], tuple[object, str]] = {}
@@ -118,7 +118,8 @@ def score_batch(batch: pa.RecordBatch, spec: ScoringSpec, device: str) -> pa.Rec
     _, times = _list_parts(columns["hist_ts"])
     features = features_from_histories(
         columns["user_id"].to_numpy(), columns["item_id"].to_numpy(), offsets, items, labels, times,
-        columns["item_count"].to_numpy(), spec.request_ts, spec.history_length,
+        columns["item_count"].to_numpy(), columns["item_likes"].to_numpy(), columns["user_count"].to_numpy(),
+        spec.request_ts, spec.history_length,
     )
     embeddings = np.empty((n, spec.embedding_dim), dtype=np.float32)
     fm_scores = np.empty(n, dtype=np.float32)

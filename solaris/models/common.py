@@ -59,6 +59,9 @@ FEATURE_DTYPES = {
     "item_pop": torch.float32,
     "user_recency": torch.float32,
     "user_has_history": torch.float32,
+    "user_like_rate": torch.float32,
+    "user_log_count": torch.float32,
+    "item_like_rate": torch.float32,
 }
 
 

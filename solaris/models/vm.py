@@ -2,8 +2,8 @@
 
 One architecture for the four variants of DESIGN.md §5, which differ only in inputs and loss:
 
-* *baseline*: cheap features only (hashed user/item ids in small tables, item popularity, user
-  recency);
+* *baseline*: cheap real-time features only (hashed user/item ids in small tables, item
+  popularity and like rate, user recency, activity count and recent like rate);
 * *distilled*: same inputs, trained on labels mixed with FM soft labels (:func:`distillation_loss`);
 * *SOLARIS*: plus the FM embedding served for the pair (tier 1, 2 or 3) and a one-hot of its tier
   (tier 0 = nothing served, a zero vector), so the model learns how much to trust each tier;
@@ -24,11 +24,13 @@ from torch.nn import functional as F
 from solaris.models.common import HashedEmbedding, mlp, to_tensors
 
 N_TIERS = 4  # 0 none, 1 pair, 2 user aggregate, 3 KNN-imputed
+# Cheap real-time features an online feature store keeps (see solaris.features).
+NUMERIC_FEATURES = ("item_pop", "user_recency", "user_has_history", "user_like_rate", "user_log_count", "item_like_rate")
 
 
 @dataclass(frozen=True)
 class VMSpec:
-    id_buckets: int = 4096
+    id_buckets: int = 16_384
     id_dim: int = 8
     hidden: tuple[int, ...] = (32,)
     fm_embedding_dim: int = 0  # 0 = no FM input slot (baseline / distilled / verifier)
@@ -45,7 +47,7 @@ class VerticalModel(nn.Module):
         self.spec = spec
         self.user_emb = HashedEmbedding(spec.id_buckets, spec.id_dim, salt=11)
         self.item_emb = HashedEmbedding(spec.id_buckets, spec.id_dim, salt=12)
-        width = 2 * spec.id_dim + 3
+        width = 2 * spec.id_dim + len(NUMERIC_FEATURES)
         if spec.fm_embedding_dim:
             width += spec.fm_embedding_dim + N_TIERS
         self.net = mlp([width, *spec.hidden, 1])
@@ -54,9 +56,7 @@ class VerticalModel(nn.Module):
         parts = [
             self.user_emb(batch["user_id"]),
             self.item_emb(batch["item_id"]),
-            batch["item_pop"].unsqueeze(-1),
-            batch["user_recency"].unsqueeze(-1),
-            batch["user_has_history"].unsqueeze(-1),
+            *[batch[name].unsqueeze(-1) for name in NUMERIC_FEATURES],
         ]
         if self.spec.fm_embedding_dim:
             embedding = batch["fm_embedding"]

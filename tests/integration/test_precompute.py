@@ -98,6 +98,15 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
     workers = len(list(load_log.glob("loads-*.log")))
     assert len(loads) == 2 * workers and scored["candidates"] / 200 > workers
 
+    # speculation hit rate against the events that arrived in (T0, T0 + 1h]
+    from solaris.jobs import hit_rate
+
+    figures = hit_rate.run(spark, config, T0, run_id)
+    assert figures["candidates"] == scored["candidates"] and figures["verified"] == scored["written"]
+    assert figures["candidates_hits"] >= figures["verified_hits"] >= 0
+    if figures["requests"]:
+        assert 0 <= figures["verified_hit_rate"] <= figures["candidates_hit_rate"] <= 1
+
     # rerun of the same run: identical table content
     before = {name: _checksum(spark, config, name) for name in ("candidates", "pair_embeddings")}
     _cycle(spark, config, T0)

@@ -57,6 +57,11 @@ def test_item_popularity_and_recency_are_point_in_time():
     assert features.user_recency[1] == np.float32(np.log1p(100 / 3600))
     assert features.user_recency[0] == np.float32(NO_HISTORY_RECENCY)
     assert features.user_has_history.tolist() == [0, 1, 1, 1, 0]
+    # counters: strictly before, smoothed (likes + 1) / (n + 2)
+    assert features.user_like_rate[2] == np.float32(2 / 4)  # liked 10, not 11
+    assert features.user_log_count[2] == np.float32(np.log1p(2))
+    assert features.item_like_rate[4] == np.float32(2 / 3)  # item 10 liked once before t=250
+    assert features.item_like_rate[0] == np.float32(0.5)
 
 
 def test_unknown_users_and_items_get_empty_features():
@@ -94,13 +99,17 @@ def test_features_from_histories_match_the_history_index():
     lists = [order[users[order] == u] for u in range(20)]
     offsets = np.r_[0, np.cumsum([len(rows) for rows in lists])]
     flat = np.concatenate(lists)
+    user_counts = np.array([(users == u).sum() for u in range(20)])
     got = features_from_histories(np.arange(20), np.full(20, 7), offsets, items[flat], labels[flat], ts[flat],
-                                  np.full(20, (items == 7).sum()), request, 6)
+                                  np.full(20, (items == 7).sum()), np.full(20, labels[items == 7].sum()),
+                                  user_counts, request, 6)
     np.testing.assert_array_equal(got.hist_mask, expected.hist_mask)
     np.testing.assert_array_equal(got.hist_labels, expected.hist_labels)
     np.testing.assert_allclose(got.hist_age, expected.hist_age, atol=1e-6)
     np.testing.assert_allclose(got.user_recency, expected.user_recency, atol=1e-6)
     np.testing.assert_array_equal(got.item_pop, expected.item_pop)
+    for name in ("user_like_rate", "user_log_count", "item_like_rate"):
+        np.testing.assert_allclose(getattr(got, name), getattr(expected, name), rtol=1e-6)
     # same-timestamp ties may order differently; the multiset of items per user must agree
     for row in range(20):
         assert sorted(got.hist_items[row][got.hist_mask[row]]) == sorted(expected.hist_items[row][expected.hist_mask[row]])
