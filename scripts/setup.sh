@@ -79,3 +79,4 @@ if ! ls jars/delta-spark_*.jar >/dev/null 2>&1 || ! ls jars/delta-storage-*.jar 
   done
 fi
 echo "[setup] ready: .venv (deps from $venv); jars: $(ls jars | paste -sd' ')"
+bash "$ROOT/scripts/airflow-setup.sh"

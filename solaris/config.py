@@ -21,6 +21,7 @@ from solaris.errors import RefusedError
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_PATH = REPO_ROOT / "conf" / "solaris.yaml"
 CONFIG_ENV_VAR = "SOLARIS_CONFIG"
+WAREHOUSE_ENV_VAR = "SOLARIS_WAREHOUSE"
 
 
 class ConfigError(RefusedError):
@@ -266,7 +267,8 @@ def config_from_dict(data: dict[str, Any], base_dir: Path = REPO_ROOT) -> Solari
 def load_config(path: str | os.PathLike | None = None, overrides: Iterable[str] = ()) -> SolarisConfig:
     """Load and validate the YAML config, then apply ``key.path=value`` overrides.
 
-    The file is taken from ``path``, else ``$SOLARIS_CONFIG``, else ``conf/solaris.yaml``.
+    The file is taken from ``path``, else ``$SOLARIS_CONFIG``, else ``conf/solaris.yaml``;
+    ``$SOLARIS_WAREHOUSE``, when set, replaces its ``warehouse`` (explicit overrides still win).
     Relative paths inside it are resolved against the folder above ``conf/`` (the repo root),
     so jobs behave the same whatever their working directory (spark-submit, Airflow workers).
     """
@@ -279,5 +281,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: Iterable[str] 
         raise ConfigError(f"config file {config_path} is not valid YAML: {error}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {config_path} must hold a mapping at the top level")
+    if os.environ.get(WAREHOUSE_ENV_VAR):
+        raw = {**raw, "warehouse": os.environ[WAREHOUSE_ENV_VAR]}
     merged = _deep_merge(raw, parse_overrides(overrides))
     return config_from_dict(merged, base_dir=config_path.resolve().parent.parent)

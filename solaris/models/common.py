@@ -49,6 +49,15 @@ def mlp(sizes: Sequence[int], dropout: float = 0.0, final_activation: bool = Fal
     return nn.Sequential(*layers)
 
 
+# Cheap real-time features an online feature store keeps (see solaris.features); both models use them.
+NUMERIC_FEATURES = ("item_pop", "user_recency", "user_has_history", "user_like_rate", "user_log_count", "item_like_rate")
+
+
+def numeric_features(batch: dict) -> torch.Tensor:
+    """``[n, len(NUMERIC_FEATURES)]`` tensor of the dense features of a batch."""
+    return torch.stack([batch[name] for name in NUMERIC_FEATURES], dim=-1)
+
+
 FEATURE_DTYPES = {
     "user_id": torch.int64,
     "item_id": torch.int64,

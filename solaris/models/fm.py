@@ -6,7 +6,8 @@ Architecture (DESIGN.md §5):
 * a time-aware history encoder: each of the user's last N events (strictly before the request) is
   its item embedding + a "liked" embedding + a projection of its age; one self-attention
   transformer layer over them, then *target attention* with the candidate item as query;
-* a deep interaction tower over [user, item, target interest, user summary, item x interest]
+* a deep interaction tower over [user, item, target interest, user summary, item x interest, the
+  VM's real-time counters]
   whose last hidden layer is the **pair embedding** (D = ``model.embedding_dim``); the click
   logit is a linear head on it, so the embedding carries what the FM knows about the pair;
 * :meth:`FoundationModel.user_representation`: a D-dim user-only vector (no item), used for KNN.
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from solaris.models.common import HashedEmbedding, mlp
+from solaris.models.common import NUMERIC_FEATURES, HashedEmbedding, mlp, numeric_features
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ class FoundationModel(nn.Module):
         self.target_attention = nn.MultiheadAttention(d, spec.heads, dropout=spec.dropout, batch_first=True)
         self.user_summary = mlp([2 * d, 2 * d, spec.embedding_dim], dropout=spec.dropout, final_activation=False)
         self.tower = mlp(
-            [4 * d + spec.embedding_dim, *spec.tower, spec.embedding_dim], dropout=spec.dropout, final_activation=True
+            [4 * d + spec.embedding_dim + len(NUMERIC_FEATURES), *spec.tower, spec.embedding_dim],
+            dropout=spec.dropout, final_activation=True
         )
         self.head = nn.Linear(spec.embedding_dim, 1)
 
@@ -100,5 +102,5 @@ class FoundationModel(nn.Module):
         item = self.item_emb(batch["item_id"])
         interest, _ = self.target_attention(item.unsqueeze(1), encoded, encoded, key_padding_mask=padding, need_weights=False)
         interest = interest.squeeze(1) * (~empty).unsqueeze(-1)
-        pair = self.tower(torch.cat([user, item, interest, item * interest, summary], dim=-1))
+        pair = self.tower(torch.cat([user, item, interest, item * interest, summary, numeric_features(batch)], dim=-1))
         return pair, self.head(pair).squeeze(-1)

@@ -21,11 +21,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from solaris.models.common import HashedEmbedding, mlp, to_tensors
+from solaris.models.common import NUMERIC_FEATURES, HashedEmbedding, mlp, numeric_features, to_tensors
 
 N_TIERS = 4  # 0 none, 1 pair, 2 user aggregate, 3 KNN-imputed
-# Cheap real-time features an online feature store keeps (see solaris.features).
-NUMERIC_FEATURES = ("item_pop", "user_recency", "user_has_history", "user_like_rate", "user_log_count", "item_like_rate")
 
 
 @dataclass(frozen=True)
@@ -56,7 +54,7 @@ class VerticalModel(nn.Module):
         parts = [
             self.user_emb(batch["user_id"]),
             self.item_emb(batch["item_id"]),
-            *[batch[name].unsqueeze(-1) for name in NUMERIC_FEATURES],
+            numeric_features(batch),
         ]
         if self.spec.fm_embedding_dim:
             embedding = batch["fm_embedding"]

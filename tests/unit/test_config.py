@@ -58,3 +58,9 @@ def test_paths_are_confined_to_warehouse(tmp_path):
         config.resolve_under_warehouse("../../etc/passwd")
     with pytest.raises(ConfigError, match="escapes"):
         config.resolve_under_warehouse("/etc/passwd")
+
+
+def test_warehouse_env_var_overrides_file_but_not_flags(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOLARIS_WAREHOUSE", str(tmp_path / "from_env"))
+    assert load_config().warehouse == tmp_path / "from_env"
+    assert load_config(overrides=[f"warehouse={tmp_path / 'flag'}"]).warehouse == tmp_path / "flag"

@@ -1,0 +1,53 @@
+"""
+### SOLARIS models
+
+Daily (or on demand): train the foundation model on events up to `as_of`, then the baseline
+vertical model, which precompute uses as its verifier, and the distilled VM (the soft-label
+baseline SOLARIS is compared with). Each writes a new versioned checkpoint under
+`warehouse/models/<role>/` and moves its `LATEST` pointer atomically; the next precompute run
+picks the new versions up and records them in every row it writes (`fm_version`,
+`verifier_version`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Param
+
+from solaris.orchestration import AS_OF_PATTERN, AS_OF_TEMPLATE, spark_submit_kwargs
+
+EPOCHS = ["--set", "model.training.max_epochs={{ params.max_epochs }}"]
+
+with DAG(
+    dag_id="solaris_models",
+    doc_md=__doc__,
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["solaris", "models"],
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
+    params={
+        "as_of": Param(None, type=["null", "string"], pattern=AS_OF_PATTERN,
+                       description="train on events up to this UTC time; empty = the run's logical date"),
+        "max_epochs": Param(8, type="integer", minimum=1, maximum=50, description="upper bound (early stopping)"),
+    },
+) as dag:
+    train_fm = SparkSubmitOperator(
+        task_id="train_fm",
+        doc_md="Train the FM on point-in-time examples; save a versioned checkpoint.",
+        **spark_submit_kwargs("train_fm", ["--as-of", AS_OF_TEMPLATE, *EPOCHS]),
+    )
+    train_verifier = SparkSubmitOperator(
+        task_id="train_verifier",
+        doc_md="Train the baseline VM (the verifier used by precompute).",
+        **spark_submit_kwargs("train_vm", ["--as-of", AS_OF_TEMPLATE, "--variant", "baseline", *EPOCHS]),
+    )
+    train_distilled = SparkSubmitOperator(
+        task_id="train_distilled",
+        doc_md="Train the distilled VM with the new FM as teacher.",
+        **spark_submit_kwargs("train_vm", ["--as-of", AS_OF_TEMPLATE, "--variant", "distilled", *EPOCHS]),
+    )
+    train_fm >> [train_verifier, train_distilled]

@@ -1,0 +1,78 @@
+"""
+### SOLARIS hourly precompute
+
+Every hour, for `as_of` = the run's logical time (or the `as_of` Param of a manual trigger):
+
+1. **candidates**: speculate the (user, item) pairs of the next `horizon` (`sql/candidates.sql`);
+2. **score**: FM pair embeddings + verifier scores in a Spark `mapInArrow` UDF, keep the verified
+   pairs, MERGE them into `pair_embeddings` with `expires_at = as_of + ttl_hours`;
+3. **expire**: delete pair embeddings past their TTL, VACUUM (retention guard on);
+4. **announce**: emit the `pair_embeddings` Asset with `{"as_of": ...}` in the event extra, which
+   schedules the enrichment DAG.
+
+Runs never overlap (`max_active_runs=1`); each task retries with exponential backoff, and reruns
+of the same hour replace their own output. Spark jobs go through `spark-submit` on the
+`spark_default` connection (`local[*]` by default; point it at a cluster to scale out).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Asset, Param, task
+
+from solaris.orchestration import AS_OF_PATTERN, AS_OF_TEMPLATE, spark_submit_kwargs
+
+PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")
+OVERRIDES = [
+    "--set", "precompute.ttl_hours={{ params.ttl_hours }}",
+    "--set", "precompute.candidates.budget={{ params.candidate_budget }}",
+    "--set", "precompute.verifier.threshold={{ params.verifier_threshold }}",
+]
+
+with DAG(
+    dag_id="solaris_precompute",
+    doc_md=__doc__,
+    schedule="@hourly",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["solaris", "precompute"],
+    default_args={
+        "retries": 2,
+        "retry_delay": timedelta(minutes=1),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=10),
+    },
+    params={
+        "as_of": Param(None, type=["null", "string"], pattern=AS_OF_PATTERN,
+                       description="logical time (UTC, ISO-8601); empty = the run's logical date"),
+        "ttl_hours": Param(6, type="number", exclusiveMinimum=0, maximum=168, description="embedding TTL in hours"),
+        "candidate_budget": Param(200000, type="integer", minimum=1, description="max candidate pairs per run"),
+        "verifier_threshold": Param(0.5, type="number", minimum=0, maximum=1,
+                                    description="keep pairs with verifier probability >= this"),
+    },
+) as dag:
+    candidates = SparkSubmitOperator(
+        task_id="candidates",
+        doc_md="Speculate the pairs of the next horizon (sql/candidates.sql) into `candidates`.",
+        **spark_submit_kwargs("candidates", ["--as-of", AS_OF_TEMPLATE, *OVERRIDES]),
+    )
+    score = SparkSubmitOperator(
+        task_id="score",
+        doc_md="FM + verifier scoring UDF, verifier rule, TTL MERGE into `pair_embeddings`.",
+        **spark_submit_kwargs("score", ["--as-of", AS_OF_TEMPLATE, *OVERRIDES]),
+    )
+    expire = SparkSubmitOperator(
+        task_id="expire",
+        doc_md="Delete rows with `expires_at <= as_of`, then VACUUM with the retention guard on.",
+        **spark_submit_kwargs("expire", ["--as-of", AS_OF_TEMPLATE, *OVERRIDES]),
+    )
+
+    @task(outlets=[PAIR_EMBEDDINGS], doc_md="Emit the pair_embeddings Asset with the run's as-of.")
+    def announce(as_of: str, *, outlet_events=None) -> str:
+        outlet_events[PAIR_EMBEDDINGS].extra = {"as_of": as_of}
+        return as_of
+
+    candidates >> score >> expire >> announce(AS_OF_TEMPLATE)

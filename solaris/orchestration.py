@@ -1,0 +1,49 @@
+"""What Airflow needs to launch our jobs with spark-submit (pure: no Airflow, no Spark import).
+
+DAG files stay wiring-only: they ask this module for the keyword arguments of each
+``SparkSubmitOperator`` (application file, Delta JARs, Python interpreter, job name) and add their
+own templated arguments. Which cluster runs the job is the ``spark_default`` connection's business
+(``local[*]`` by default, a ``spark://``/``yarn``/``k8s://`` master in production).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from solaris.config import REPO_ROOT, load_config
+from solaris.spark import delta_jars
+
+JOBS_DIR = REPO_ROOT / "jobs"
+
+# Jinja for the run's logical time: the UI/CLI Param when given, else the run's logical date
+# (Airflow 3 runs may have no logical date when triggered without one: fall back to run_after).
+AS_OF_TEMPLATE = "{{ params.as_of or (logical_date or dag_run.run_after).strftime('%Y-%m-%dT%H:%M:%SZ') }}"
+
+
+# What the as_of Param accepts (validated in the UI/CLI before a run starts): ISO-8601, UTC or offset.
+AS_OF_PATTERN = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?$"
+
+
+def job_application(job: str) -> str:
+    path = JOBS_DIR / f"{job}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"no spark-submit entry point {path}")
+    return str(path)
+
+
+def spark_submit_kwargs(job: str, application_args: list[str]) -> dict:
+    """Keyword arguments for ``SparkSubmitOperator`` running ``jobs/<job>.py``."""
+    config = load_config()
+    python = os.environ.get("PYSPARK_PYTHON") or str(Path(sys.executable))
+    return {
+        "application": job_application(job),
+        "name": f"solaris-{job.replace('_', '-')}",
+        "conn_id": "spark_default",
+        "jars": ",".join(delta_jars(config.spark.jars_dir)),
+        "application_args": application_args,
+        "env_vars": {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, "TZ": "UTC"},
+        "driver_memory": config.spark.driver_memory,
+        "verbose": False,
+    }
