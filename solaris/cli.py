@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("solaris.jobs.score", "FM-score and verify candidates, write pair_embeddings with TTL"),
     "expire": ("solaris.jobs.expire", "delete expired pair embeddings, then VACUUM"),
     "hit-rate": ("solaris.jobs.hit_rate", "speculation hit rate of a run against the requests that arrived"),
+    "replay": ("solaris.jobs.replay", "replay the hourly precompute over a time range (backfills, demo)"),
 }
 
 

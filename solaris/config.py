@@ -163,7 +163,7 @@ class VerifierConfig(_Strict):
     """Which scored pairs are kept. Every rule set is applied; null disables a rule."""
 
     threshold: float | None = Field(0.5, ge=0, le=1)
-    top_k_per_user: int | None = Field(None, ge=1)
+    top_k_per_user: int | None = Field(20, ge=1)
     budget: int | None = Field(None, ge=1)
 
 
