@@ -1,0 +1,155 @@
+"""Serving-side lookup of precomputed embeddings, by tier (no Spark, no Airflow import).
+
+``resolve(user_ids, item_ids, now)`` returns, for every request, the best *servable* value in tier
+order pair (1) -> user aggregate (2) -> KNN-imputed (3) -> none (0, zero vector), with its tier
+and age. A value is servable iff ``now < expires_at`` (DESIGN.md §2) - checked here at read
+time, whatever the cleanup job has or has not deleted yet.
+
+:class:`Resolver` holds one immutable :class:`TierTables` snapshot and swaps in a newer one
+atomically (a single reference assignment): readers that already took the old snapshot finish
+with it, nobody waits on a lock.
+
+Status: the tier logic and pinned-version loading are here; the publish manifest that names the
+versions (DESIGN.md §4) is built by the enrichment issue.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+import pandas as pd
+
+TIER_NONE, TIER_PAIR, TIER_USER, TIER_IMPUTED = 0, 1, 2, 3
+
+
+def _seconds(value) -> np.ndarray:
+    """Epoch seconds (float64) from datetimes, numpy datetime64 or numbers."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return np.asarray(value.timestamp(), dtype=np.float64)
+    array = np.asarray(value)
+    if np.issubdtype(array.dtype, np.datetime64):
+        return array.astype("datetime64[us]").astype(np.int64) / 1e6
+    return array.astype(np.float64)
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One tier's rows: a key index, embeddings and their validity window."""
+
+    index: pd.Index  # MultiIndex (user, item) for pairs, Index(user) otherwise
+    embeddings: np.ndarray  # float32 [n, D]
+    computed_at: np.ndarray  # epoch seconds
+    expires_at: np.ndarray  # epoch seconds
+
+    @classmethod
+    def build(cls, keys: list[np.ndarray], embeddings, computed_at, expires_at) -> "Tier":
+        embeddings = np.asarray(embeddings, dtype=np.float32)
+        if len(keys) == 2:
+            index = pd.MultiIndex.from_arrays([np.asarray(k, dtype=np.int64) for k in keys])
+        else:
+            index = pd.Index(np.asarray(keys[0], dtype=np.int64))
+        if not index.is_unique:
+            raise ValueError("tier keys must be unique (latest row per key)")
+        return cls(index, embeddings, _seconds(computed_at), _seconds(expires_at))
+
+    @classmethod
+    def empty(cls, dim: int, keyed_by_pair: bool) -> "Tier":
+        keys = [np.empty(0, np.int64)] * (2 if keyed_by_pair else 1)
+        return cls.build(keys, np.zeros((0, dim), np.float32), np.empty(0), np.empty(0))
+
+
+@dataclass(frozen=True)
+class TierTables:
+    """An immutable serving snapshot: the three tiers of one published manifest."""
+
+    dim: int
+    pairs: Tier
+    users: Tier
+    imputed: Tier
+    snapshot_id: str = ""
+
+    def resolve(self, user_ids, item_ids, now) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Vectorised lookup -> ``(embeddings [n, D] float32, tier int8 [n], age_seconds float64 [n])``."""
+        users = np.asarray(user_ids, dtype=np.int64)
+        items = np.asarray(item_ids, dtype=np.int64)
+        if users.shape != items.shape:
+            raise ValueError("user_ids and item_ids must have the same length")
+        now_s = float(_seconds(now))
+        n = users.size
+        out = np.zeros((n, self.dim), dtype=np.float32)
+        tier = np.zeros(n, dtype=np.int8)
+        age = np.full(n, np.nan, dtype=np.float64)
+        lookups = (
+            (TIER_PAIR, self.pairs, pd.MultiIndex.from_arrays([users, items]) if n else None),
+            (TIER_USER, self.users, pd.Index(users)),
+            (TIER_IMPUTED, self.imputed, pd.Index(users)),
+        )
+        for code, table, query in lookups:
+            open_rows = tier == TIER_NONE
+            if not open_rows.any() or len(table.index) == 0:
+                continue
+            position = table.index.get_indexer(query)
+            servable = open_rows & (position >= 0)
+            rows = position[servable]
+            fresh = now_s < table.expires_at[rows]  # expired values are never served
+            target = np.flatnonzero(servable)[fresh]
+            rows = rows[fresh]
+            out[target] = table.embeddings[rows]
+            tier[target] = code
+            age[target] = now_s - table.computed_at[rows]
+        return out, tier, age
+
+
+class Resolver:
+    """Thread-safe holder of the current snapshot; ``swap`` never blocks readers."""
+
+    def __init__(self, tables: TierTables) -> None:
+        self._tables = tables
+        self._swap_lock = threading.Lock()  # serialises writers only
+
+    @property
+    def tables(self) -> TierTables:
+        return self._tables
+
+    def swap(self, tables: TierTables) -> TierTables:
+        """Install a newer snapshot (same dimension) and return the previous one."""
+        if tables.dim != self._tables.dim:
+            raise ValueError(f"snapshot dim {tables.dim} differs from the serving dim {self._tables.dim}")
+        with self._swap_lock:
+            previous, self._tables = self._tables, tables
+        return previous
+
+    def resolve(self, user_ids, item_ids, now):
+        return self._tables.resolve(user_ids, item_ids, now)  # one reference read: a consistent snapshot
+
+
+def coverage(tiers: np.ndarray) -> dict[str, float]:
+    """Share of requests served by each tier and cumulatively (tier 1, <=2, <=3)."""
+    tiers = np.asarray(tiers)
+    n = max(tiers.size, 1)
+    share = {f"tier{code}": float((tiers == code).sum() / n) for code in (TIER_PAIR, TIER_USER, TIER_IMPUTED)}
+    share["none"] = float((tiers == TIER_NONE).sum() / n)
+    for code in (TIER_PAIR, TIER_USER, TIER_IMPUTED):
+        share[f"cumulative_tier{code}"] = float(((tiers >= TIER_PAIR) & (tiers <= code)).sum() / n)
+    return share
+
+
+def load_pair_tier(path: str, version: int | None, dim: int) -> Tier:
+    """Tier 1 from a pinned version of the ``pair_embeddings`` Delta table (deltalake, no Spark)."""
+    from deltalake import DeltaTable
+
+    from solaris.embedding_codec import decode
+
+    table = DeltaTable(path, version=version).to_pyarrow_table(
+        columns=["user_id", "item_id", "embedding", "computed_at", "expires_at"])
+    return Tier.build(
+        [table["user_id"].to_numpy(), table["item_id"].to_numpy()],
+        decode(table["embedding"], dim),
+        table["computed_at"].to_numpy(),
+        table["expires_at"].to_numpy(),
+    )

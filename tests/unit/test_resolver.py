@@ -1,0 +1,107 @@
+import threading
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from solaris.serving.resolver import (
+    TIER_IMPUTED,
+    TIER_NONE,
+    TIER_PAIR,
+    TIER_USER,
+    Resolver,
+    Tier,
+    TierTables,
+    coverage,
+)
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+H = 3600.0
+
+
+def _tables(dim=2, pair_expiry=NOW + timedelta(hours=1)):
+    t = NOW.timestamp()
+    pairs = Tier.build([np.array([1, 1]), np.array([10, 11])], [[1, 1], [2, 2]], [t - H, t - 2 * H],
+                       [pair_expiry.timestamp(), t - 1])  # (1, 11) already expired
+    users = Tier.build([np.array([1, 2])], [[3, 3], [4, 4]], [t - 5 * H] * 2, [t + H, t + H])
+    imputed = Tier.build([np.array([2, 3])], [[5, 5], [6, 6]], [t - 7 * H] * 2, [t + H, t + H])
+    return TierTables(dim, pairs, users, imputed, "snap-1")
+
+
+def test_tier_order_and_expiry_at_read_time():
+    emb, tier, age = _tables().resolve([1, 1, 2, 3, 4], [10, 11, 10, 10, 10], NOW)
+    assert tier.tolist() == [TIER_PAIR, TIER_USER, TIER_USER, TIER_IMPUTED, TIER_NONE]
+    np.testing.assert_array_equal(emb, [[1, 1], [3, 3], [4, 4], [6, 6], [0, 0]])
+    np.testing.assert_allclose(age[:4], [H, 5 * H, 5 * H, 7 * H])
+    assert np.isnan(age[4]) and emb.dtype == np.float32 and tier.dtype == np.int8
+
+
+def test_value_at_exact_expiry_is_not_served():
+    tables = _tables(pair_expiry=NOW)
+    _, tier, _ = tables.resolve([1], [10], NOW)
+    assert tier.tolist() == [TIER_USER]
+    _, tier, _ = tables.resolve([1], [10], NOW - timedelta(microseconds=1))
+    assert tier.tolist() == [TIER_PAIR]
+
+
+def test_random_schedules_never_return_expired_values():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n = 40
+        t0 = NOW.timestamp()
+        expiries = t0 + rng.uniform(-3, 3, size=(3, n)) * H
+        keys = np.arange(n)
+        tables = TierTables(
+            1,
+            Tier.build([keys, keys], np.zeros((n, 1)), np.full(n, t0 - H), expiries[0]),
+            Tier.build([keys], np.ones((n, 1)), np.full(n, t0 - H), expiries[1]),
+            Tier.build([keys], np.full((n, 1), 2.0), np.full(n, t0 - H), expiries[2]),
+        )
+        now = NOW + timedelta(hours=float(rng.uniform(-2, 2)))
+        _, tier, _ = tables.resolve(keys, keys, now)
+        for code, row in ((TIER_PAIR, 0), (TIER_USER, 1), (TIER_IMPUTED, 2)):
+            served = tier == code
+            assert (now.timestamp() < expiries[row][served]).all()
+        # and the best servable tier always wins
+        best = np.where(now.timestamp() < expiries[0], 1, np.where(now.timestamp() < expiries[1], 2,
+                        np.where(now.timestamp() < expiries[2], 3, 0)))
+        np.testing.assert_array_equal(tier, best)
+
+
+def test_empty_tiers_and_mismatched_inputs():
+    empty = TierTables(4, Tier.empty(4, True), Tier.empty(4, False), Tier.empty(4, False))
+    emb, tier, _ = empty.resolve([1, 2], [3, 4], NOW)
+    assert emb.shape == (2, 4) and (tier == TIER_NONE).all()
+    with pytest.raises(ValueError):
+        empty.resolve([1], [1, 2], NOW)
+    with pytest.raises(ValueError, match="unique"):
+        Tier.build([np.array([1, 1])], np.zeros((2, 1)), [0, 0], [1, 1])
+
+
+def test_hot_swap_does_not_block_readers_and_keeps_dim():
+    resolver = Resolver(_tables())
+    results = []
+
+    def reader():
+        for _ in range(200):
+            results.append(resolver.resolve([1], [10], NOW)[1][0])
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    newer = _tables()
+    newer = TierTables(2, Tier.empty(2, True), newer.users, newer.imputed, "snap-2")
+    previous = resolver.swap(newer)
+    for thread in threads:
+        thread.join()
+    assert previous.snapshot_id == "snap-1" and resolver.tables.snapshot_id == "snap-2"
+    assert set(results) <= {TIER_PAIR, TIER_USER}
+    assert resolver.resolve([1], [10], NOW)[1][0] == TIER_USER
+    with pytest.raises(ValueError, match="dim"):
+        resolver.swap(TierTables(3, Tier.empty(3, True), Tier.empty(3, False), Tier.empty(3, False)))
+
+
+def test_coverage_shares():
+    shares = coverage(np.array([1, 1, 2, 3, 0]))
+    assert shares["tier1"] == 0.4 and shares["cumulative_tier2"] == 0.6
+    assert shares["cumulative_tier3"] == 0.8 and shares["none"] == 0.2
