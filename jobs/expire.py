@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from datetime import timedelta
 
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
 
@@ -53,10 +54,18 @@ def run(spark, config, as_of, run_id: str, optimize: bool = False, vacuum: bool 
         table.optimize().where(f"expiry_bucket > {cutoff}").executeCompaction()
     if vacuum:
         table.vacuum()  # default retention: the 7-day guard stays on
+    log_path = config.table_path("pair_embeddings_log")
+    trimmed = 0
+    if table_exists(spark, log_path):
+        horizon = literal(as_of - timedelta(hours=config.enrichment.log_retention_hours))
+        trimmed = spark.read.format("delta").load(log_path).where(f"computed_at <= {horizon}").count()
+        if trimmed:
+            DeltaTable.forPath(spark, log_path).delete(f"computed_at <= {horizon}")
     remaining = spark.read.format("delta").load(path).count()
     record.rows_in, record.rows_out = expired + remaining, remaining
     record.table_versions = {"pair_embeddings": table_version(spark, path)}
-    record.details = {"expired": expired, "remaining": remaining, "optimized": optimize, "vacuumed": vacuum}
+    record.details = {"expired": expired, "remaining": remaining, "log_trimmed": trimmed, "optimized": optimize,
+                      "vacuumed": vacuum}
     record.write(spark, config, "success")
     log.info("expired %d pair embeddings with expires_at <= %s; %d remain", expired, as_of, remaining)
     return record.details

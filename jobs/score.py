@@ -11,7 +11,8 @@ For the run at ``--as-of t``:
 4. verified pairs with non-finite or wrong-size embeddings go to ``quarantine``; the rest are
    MERGEd into ``pair_embeddings`` on (user_id, item_id) with ``computed_at = t`` and
    ``expires_at = t + ttl``, partitioned by expiry bucket. A re-scored pair replaces the old row
-   and refreshes its TTL; rerunning the same run id changes nothing.
+   and refreshes its TTL; rerunning the same run id changes nothing. The same rows are appended
+   to ``pair_embeddings_log`` (per-run replace), the history the 24 h user aggregates read.
 
     solaris score --as-of 2000-12-01T00:00:00Z
 """
@@ -43,56 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def candidate_features(spark, config, candidates, as_of):
-    """Join candidates with point-in-time history lists and user/item counters (events <= as_of)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    events = spark.read.format("delta").load(config.table_path("events")).where(F.col("ts") <= F.lit(as_of))
-    users = candidates.select("user_id").distinct()
-    items = candidates.select("item_id").distinct()
-    recent = (
-        events.join(users, "user_id", "left_semi")
-        .withColumn("rank", F.row_number().over(
-            Window.partitionBy("user_id").orderBy(F.col("ts").desc(), F.col("item_id").desc())))
-        .where(F.col("rank") <= config.model.history_length)
-    )
-    histories = recent.groupBy("user_id").agg(
-        F.array_sort(F.collect_list(F.struct(
-            F.unix_seconds("ts").alias("ts"), F.col("item_id").alias("item"), F.col("label").cast("float").alias("label")
-        ))).alias("history")
-    ).select(
-        "user_id",
-        F.col("history.item").alias("hist_items"),
-        F.col("history.label").alias("hist_labels"),
-        F.col("history.ts").alias("hist_ts"),
-    )
-    counts = events.join(items, "item_id", "left_semi").groupBy("item_id").agg(
-        F.count("*").alias("item_count"), F.sum("label").alias("item_likes"))
-    user_counts = events.join(users, "user_id", "left_semi").groupBy("user_id").agg(F.count("*").alias("user_count"))
-    empty_long = F.array().cast("array<bigint>")
-    return (
-        candidates.join(histories, "user_id", "left").join(user_counts, "user_id", "left").join(counts, "item_id", "left")
-        .select(
-            "user_id", "item_id",
-            F.coalesce("hist_items", empty_long).alias("hist_items"),
-            F.coalesce("hist_labels", F.array().cast("array<float>")).alias("hist_labels"),
-            F.coalesce("hist_ts", empty_long).alias("hist_ts"),
-            F.coalesce("item_count", F.lit(0)).cast("bigint").alias("item_count"),
-            F.coalesce("item_likes", F.lit(0.0)).cast("double").alias("item_likes"),
-            F.coalesce("user_count", F.lit(0)).cast("bigint").alias("user_count"),
-        )
-    )
-
-
 def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_path: str | None = None,
         load_log_dir: str | None = None) -> dict:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
+    from solaris.spark_features import candidate_features
     from solaris.speculation import effective_threshold
-    from solaris.tables import RunRecord, merge_into, table_version, write_quarantine
+    from solaris.tables import RunRecord, merge_if_new_run, replace_where, table_version, write_quarantine
     from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
     pre = config.precompute
@@ -157,7 +117,10 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_
         good = rows.where(F.col("quarantine_reason").isNull()).select(*PAIR_COLUMNS)
         write_quarantine(spark, config, bad, "pair_embeddings", run_id)
         path = config.table_path("pair_embeddings")
-        _merge_pairs(spark, good, path)
+        merge_if_new_run(good, path, keys=["user_id", "item_id"], partition_by=["expiry_bucket"])
+        # Append-only history (trimmed by expire) for the 24 h user aggregates, which outlive the TTL.
+        log_rows = good.withColumn("computed_date", F.to_date("computed_at"))
+        replace_where(log_rows, config.table_path("pair_embeddings_log"), f"run_id = '{run_id}'", ["computed_date"])
 
         n_verified = rows.count()
         n_quarantined = bad.count()
@@ -175,23 +138,6 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_
         return record.details
     finally:
         scored.unpersist()
-
-
-def _merge_pairs(spark, good, path: str) -> None:
-    """MERGE on (user_id, item_id): newer runs replace a pair (and its TTL); the same run is a no-op."""
-    from delta.tables import DeltaTable
-
-    from solaris.tables import table_exists
-
-    if not table_exists(spark, path):
-        good.limit(0).write.format("delta").partitionBy("expiry_bucket").save(path)
-    (
-        DeltaTable.forPath(spark, path).alias("t")
-        .merge(good.alias("s"), "t.user_id = s.user_id AND t.item_id = s.item_id")
-        .whenMatchedUpdateAll(condition="t.run_id <> s.run_id")
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("solaris.jobs.score", "FM-score and verify candidates, write pair_embeddings with TTL"),
     "expire": ("solaris.jobs.expire", "delete expired pair embeddings, then VACUUM"),
     "hit-rate": ("solaris.jobs.hit_rate", "speculation hit rate of a run against the requests that arrived"),
+    "user-aggregates": ("solaris.jobs.user_aggregates", "tier 2: 24 h mean of each user's pair embeddings"),
+    "knn": ("solaris.jobs.knn", "FAISS k-means + per-cluster KNN over FM user representations"),
+    "impute": ("solaris.jobs.impute", "tier 3: impute users without an aggregate from their neighbours"),
+    "publish": ("solaris.jobs.publish", "quality gate, then an atomic snapshot manifest for the resolver"),
     "replay": ("solaris.jobs.replay", "replay the hourly precompute over a time range (backfills, demo)"),
 }
 

@@ -47,6 +47,7 @@ class TablesConfig(_Strict):
     id_map: str = "id_map"
     candidates: str = "candidates"
     pair_embeddings: str = "pair_embeddings"
+    pair_embeddings_log: str = "pair_embeddings_log"
     user_embeddings: str = "user_embeddings"
     user_neighbors: str = "user_neighbors"
     imputed_embeddings: str = "imputed_embeddings"
@@ -179,6 +180,26 @@ class PrecomputeConfig(_Strict):
     verifier: VerifierConfig = VerifierConfig()
 
 
+class EnrichmentConfig(_Strict):
+    """Tiers 2 and 3: user aggregates over a window, KNN over FM user representations, imputation."""
+
+    window_hours: float = Field(24, gt=0)  # user aggregate = mean of pair embeddings computed in this window
+    aggregation: str = Field("mean", pattern="^(mean|recency)$")
+    half_life_hours: float = Field(6, gt=0)  # for aggregation: recency
+    l2_normalize: bool = False
+    ttl_hours: float = Field(6, gt=0)  # expires_at of user aggregates and imputed embeddings
+    log_retention_hours: float = Field(48, gt=0)  # pair_embeddings_log rows older than this are trimmed
+    knn_k: int = Field(10, ge=1)
+    knn_clusters: int | None = Field(None, ge=1)  # None: about sqrt(#users)
+    knn_nprobe: int = Field(2, ge=1)  # clusters searched per query
+    knn_sample: int = Field(100_000, ge=100)  # users sampled to train k-means
+    knn_recall_sample: int = Field(500, ge=10)  # queries checked against exact search
+    min_neighbors: int = Field(2, ge=1)
+    min_similarity: float = Field(0.0, ge=-1, le=1)
+    snapshots_kept: int = Field(24, ge=1)
+    coverage_tolerance: float = Field(0.5, ge=0, le=1)  # refuse a snapshot whose coverage fell by more than this share
+
+
 class SolarisConfig(_Strict):
     warehouse: Path = Path("warehouse")
     seed: int = 42
@@ -188,6 +209,7 @@ class SolarisConfig(_Strict):
     synthetic: SyntheticConfig = SyntheticConfig()
     model: ModelConfig = ModelConfig()
     precompute: PrecomputeConfig = PrecomputeConfig()
+    enrichment: EnrichmentConfig = EnrichmentConfig()
 
     def table_path(self, name: str) -> str:
         """Absolute path of a Delta table given its logical name (a field of ``tables``)."""

@@ -64,6 +64,27 @@ def merge_into(
     )
 
 
+def merge_if_new_run(df: "DataFrame", path: str, keys: Sequence[str], partition_by: Sequence[str] = ()) -> None:
+    """Upsert on ``keys`` where a newer run replaces a row (refreshing its TTL) but a row written by
+    the same ``run_id`` is left untouched, so rerunning a run is a no-op even if floats wobble."""
+    from delta.tables import DeltaTable
+
+    spark = df.sparkSession
+    if not table_exists(spark, path):
+        writer = df.limit(0).write.format("delta").mode("ignore")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        writer.save(path)
+    condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+    (
+        DeltaTable.forPath(spark, path).alias("t")
+        .merge(df.alias("s"), condition)
+        .whenMatchedUpdateAll(condition="t.run_id <> s.run_id")
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
 def replace_where(df: "DataFrame", path: str, predicate: str, partition_by: Sequence[str] = ()) -> None:
     """Atomically replace the rows matching ``predicate`` with ``df`` (one Delta commit)."""
     spark = df.sparkSession

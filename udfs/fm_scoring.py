@@ -75,26 +75,27 @@ def task_device() -> str:
     return "cpu"
 
 
-def _load(path: str, arch: str, spec: ScoringSpec, device: str):
+def load_cached(path: str, arch: str, embedding_dim: int | None, device: str, load_log_dir: str | None = None):
+    """The worker-wide model cache: each (checkpoint, device) is loaded once per Python worker."""
     global LOAD_COUNT
     key = (path, device)
     if key not in _MODEL_CACHE:
         from solaris.models.checkpoint import load_checkpoint
 
         started = time.monotonic()
-        model, metadata = load_checkpoint(path, arch, spec.embedding_dim if arch == "fm" else None, device=device)
+        model, metadata = load_checkpoint(path, arch, embedding_dim, device=device)
         _MODEL_CACHE[key] = (model, metadata["version"])
         LOAD_COUNT += 1
         log.warning("pid %d loaded %s %s on %s in %.2fs", os.getpid(), arch, metadata["version"], device,
                     time.monotonic() - started)
-        if spec.load_log_dir:
-            os.makedirs(spec.load_log_dir, exist_ok=True)
-            with open(os.path.join(spec.load_log_dir, f"loads-{os.getpid()}.log"), "a") as handle:
+        if load_log_dir:
+            os.makedirs(load_log_dir, exist_ok=True)
+            with open(os.path.join(load_log_dir, f"loads-{os.getpid()}.log"), "a") as handle:
                 handle.write(f"{arch} {metadata['version']} {device}\n")
     return _MODEL_CACHE[key]
 
 
-def _list_parts(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def list_parts(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     offsets = np.asarray(column.offsets, dtype=np.int64)
     values = column.values.to_numpy(zero_copy_only=False)
@@ -109,13 +110,13 @@ def score_batch(batch: pa.RecordBatch, spec: ScoringSpec, device: str) -> pa.Rec
     from solaris.features import features_from_histories
     from solaris.models.common import to_tensors
 
-    fm, fm_version = _load(spec.fm_checkpoint, "fm", spec, device)
-    verifier, verifier_version = _load(spec.verifier_checkpoint, "vm", spec, device)
+    fm, fm_version = load_cached(spec.fm_checkpoint, "fm", spec.embedding_dim, device, spec.load_log_dir)
+    verifier, verifier_version = load_cached(spec.verifier_checkpoint, "vm", None, device, spec.load_log_dir)
     n = batch.num_rows
     columns = {name: batch.column(name) for name in INPUT_COLUMNS}
-    offsets, items = _list_parts(columns["hist_items"])
-    _, labels = _list_parts(columns["hist_labels"])
-    _, times = _list_parts(columns["hist_ts"])
+    offsets, items = list_parts(columns["hist_items"])
+    _, labels = list_parts(columns["hist_labels"])
+    _, times = list_parts(columns["hist_ts"])
     features = features_from_histories(
         columns["user_id"].to_numpy(), columns["item_id"].to_numpy(), offsets, items, labels, times,
         columns["item_count"].to_numpy(), columns["item_likes"].to_numpy(), columns["user_count"].to_numpy(),

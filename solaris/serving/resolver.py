@@ -9,14 +9,15 @@ time, whatever the cleanup job has or has not deleted yet.
 atomically (a single reference assignment): readers that already took the old snapshot finish
 with it, nobody waits on a lock.
 
-Status: the tier logic and pinned-version loading are here; the publish manifest that names the
-versions (DESIGN.md §4) is built by the enrichment issue.
+:func:`load_snapshot` reads a publish manifest (DESIGN.md §4) and the Delta table versions it pins
+with ``deltalake`` (no Spark); :meth:`Resolver.reload_if_newer` follows ``snapshots/LATEST``.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from datetime import datetime, timezone
 
 import numpy as np
@@ -74,13 +75,17 @@ class TierTables:
     snapshot_id: str = ""
 
     def resolve(self, user_ids, item_ids, now) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Vectorised lookup -> ``(embeddings [n, D] float32, tier int8 [n], age_seconds float64 [n])``."""
+        """Vectorised lookup -> ``(embeddings [n, D] float32, tier int8 [n], age_seconds float64 [n])``.
+
+        ``now`` is one time for all requests or one per request (replays score requests at their
+        own timestamps).
+        """
         users = np.asarray(user_ids, dtype=np.int64)
         items = np.asarray(item_ids, dtype=np.int64)
         if users.shape != items.shape:
             raise ValueError("user_ids and item_ids must have the same length")
-        now_s = float(_seconds(now))
         n = users.size
+        now_s = np.broadcast_to(_seconds(now), (n,)).astype(np.float64)
         out = np.zeros((n, self.dim), dtype=np.float32)
         tier = np.zeros(n, dtype=np.int8)
         age = np.full(n, np.nan, dtype=np.float64)
@@ -96,17 +101,38 @@ class TierTables:
             position = table.index.get_indexer(query)
             servable = open_rows & (position >= 0)
             rows = position[servable]
-            fresh = now_s < table.expires_at[rows]  # expired values are never served
-            target = np.flatnonzero(servable)[fresh]
+            candidates = np.flatnonzero(servable)
+            fresh = now_s[candidates] < table.expires_at[rows]  # expired values are never served
+            target = candidates[fresh]
             rows = rows[fresh]
             out[target] = table.embeddings[rows]
             tier[target] = code
-            age[target] = now_s - table.computed_at[rows]
+            age[target] = now_s[target] - table.computed_at[rows]
         return out, tier, age
 
 
 class Resolver:
     """Thread-safe holder of the current snapshot; ``swap`` never blocks readers."""
+
+    @classmethod
+    def from_snapshots(cls, directory) -> "Resolver":
+        """A resolver serving the snapshot ``directory/LATEST`` points at."""
+        from solaris.snapshots import latest_manifest_path
+
+        path = latest_manifest_path(Path(directory))
+        if path is None:
+            raise FileNotFoundError(f"no published snapshot in {directory} (no LATEST)")
+        return cls(load_snapshot(path))
+
+    def reload_if_newer(self, directory) -> bool:
+        """Load and swap in the snapshot LATEST names if it is not the one being served."""
+        from solaris.snapshots import latest_manifest_path
+
+        path = latest_manifest_path(Path(directory))
+        if path is None or path.stem == self._tables.snapshot_id:
+            return False
+        self.swap(load_snapshot(path))
+        return True
 
     def __init__(self, tables: TierTables) -> None:
         self._tables = tables
@@ -139,17 +165,31 @@ def coverage(tiers: np.ndarray) -> dict[str, float]:
     return share
 
 
-def load_pair_tier(path: str, version: int | None, dim: int) -> Tier:
-    """Tier 1 from a pinned version of the ``pair_embeddings`` Delta table (deltalake, no Spark)."""
+def load_tier(path: str, version: int | None, dim: int, keyed_by_pair: bool) -> Tier:
+    """One tier from a pinned version of its Delta table (deltalake, no Spark)."""
     from deltalake import DeltaTable
 
     from solaris.embedding_codec import decode
 
-    table = DeltaTable(path, version=version).to_pyarrow_table(
-        columns=["user_id", "item_id", "embedding", "computed_at", "expires_at"])
+    keys = ["user_id", "item_id"] if keyed_by_pair else ["user_id"]
+    table = DeltaTable(path, version=version).to_pyarrow_table(columns=[*keys, "embedding", "computed_at", "expires_at"])
     return Tier.build(
-        [table["user_id"].to_numpy(), table["item_id"].to_numpy()],
+        [table[key].to_numpy() for key in keys],
         decode(table["embedding"], dim),
         table["computed_at"].to_numpy(),
         table["expires_at"].to_numpy(),
     )
+
+
+def load_snapshot(manifest_path) -> TierTables:
+    """TierTables of a publish manifest: every tier read at the exact Delta version it pins."""
+    from solaris.snapshots import read_manifest
+
+    manifest = read_manifest(Path(manifest_path))
+    dim = int(manifest["embedding_dim"])
+    tiers = {}
+    for name, keyed_by_pair in (("pair_embeddings", True), ("user_embeddings", False), ("imputed_embeddings", False)):
+        spec = manifest["tables"].get(name)
+        tiers[name] = load_tier(spec["path"], spec["version"], dim, keyed_by_pair) if spec else Tier.empty(dim, keyed_by_pair)
+    return TierTables(dim, tiers["pair_embeddings"], tiers["user_embeddings"], tiers["imputed_embeddings"],
+                      manifest["snapshot_id"])

@@ -105,3 +105,11 @@ def test_coverage_shares():
     shares = coverage(np.array([1, 1, 2, 3, 0]))
     assert shares["tier1"] == 0.4 and shares["cumulative_tier2"] == 0.6
     assert shares["cumulative_tier3"] == 0.8 and shares["none"] == 0.2
+
+
+def test_per_request_times():
+    tables = _tables()
+    later = NOW + timedelta(hours=2)  # pair (1, 10) expired by then, user aggregate too
+    _, tier, age = tables.resolve([1, 1], [10, 10], np.array([NOW.timestamp(), later.timestamp()]))
+    assert tier.tolist() == [TIER_PAIR, TIER_NONE]
+    assert age[0] == H

@@ -1,0 +1,145 @@
+"""Publish a serving snapshot: quality gate, then an atomic manifest pinning Delta versions.
+
+At ``--as-of t``: counts the servable rows (``expires_at > t``) of ``pair_embeddings``,
+``user_embeddings`` and ``imputed_embeddings``, checks every embedding is finite and of the
+configured dimension, and measures coverage (share of known users with any servable tier). A
+snapshot with a failed check, or whose coverage fell by more than ``coverage_tolerance`` against
+the previous one, is refused: nothing is published and the reasons are logged and recorded in
+``runs``. Otherwise the manifest (``warehouse/snapshots/<id>.json``) and ``LATEST`` are written
+atomically; the last ``snapshots_kept`` manifests are kept.
+
+    solaris publish --as-of 2000-12-01T03:00:00Z
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+
+log = logging.getLogger("solaris.publish")
+
+EMBEDDING_TABLES = ("pair_embeddings", "user_embeddings", "imputed_embeddings")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="solaris publish", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 2)[-1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--as-of", type=as_of_arg, required=True, help="the run's logical time (UTC)")
+    add_common_args(parser)
+    return parser
+
+
+def _bad_rows(frame, dim: int) -> int:
+    import numpy as np
+    import pandas as pd
+
+    def count(frames):
+        for part in frames:
+            lengths = part["embedding"].map(len).to_numpy()
+            ok_len = lengths == 4 * dim
+            bad = int((~ok_len).sum())
+            if ok_len.any():
+                values = np.frombuffer(b"".join(part.loc[ok_len, "embedding"]), dtype="<f4").reshape(-1, dim)
+                bad += int((~np.isfinite(values).all(axis=1)).sum())
+            yield pd.DataFrame({"bad": [bad]})
+
+    result = frame.select("embedding").mapInPandas(count, "bad long").agg({"bad": "sum"}).collect()[0][0]
+    return int(result or 0)
+
+
+def run(spark, config, as_of, run_id: str) -> dict:
+    from pyspark.sql import functions as F
+
+    from solaris.runtime import JobInputError
+    from solaris.snapshots import (
+        SNAPSHOTS_DIR,
+        QualityGateError,
+        latest_manifest_path,
+        quality_gate,
+        read_manifest,
+        write_manifest,
+    )
+    from solaris.tables import RunRecord, table_exists, table_version
+
+    dim = config.model.embedding_dim
+    record = RunRecord(run_id=run_id, job="publish", as_of=as_of)
+    tables, counts, bad, users_by_tier = {}, {}, {}, {}
+    for name in EMBEDDING_TABLES:
+        path = config.table_path(name)
+        if not table_exists(spark, path):
+            counts[name], bad[name] = 0, 0
+            continue
+        version = table_version(spark, path)
+        frame = spark.read.format("delta").option("versionAsOf", version).load(path).where(F.col("expires_at") > F.lit(as_of))
+        counts[name] = frame.count()
+        bad[name] = _bad_rows(frame, dim) if counts[name] else 0
+        users_by_tier[name] = frame.select("user_id").distinct()
+        tables[name] = {"path": path, "version": version}
+    neighbors_path = config.table_path("user_neighbors")
+    if not table_exists(spark, neighbors_path):
+        raise JobInputError(f"no user_neighbors at {neighbors_path}: run `solaris knn` first")
+    known = spark.read.format("delta").load(neighbors_path).select("user_id")
+    tables["user_neighbors"] = {"path": neighbors_path, "version": table_version(spark, neighbors_path)}
+    n_known = known.count()
+    covered = None
+    for frame in users_by_tier.values():
+        covered = frame if covered is None else covered.union(frame)
+    n_covered = known.join(covered.distinct(), "user_id", "left_semi").count() if covered is not None else 0
+    coverage = n_covered / n_known if n_known else 0.0
+
+    directory = config.warehouse / SNAPSHOTS_DIR
+    previous_path = latest_manifest_path(directory)
+    previous = read_manifest(previous_path) if previous_path and previous_path.is_file() else None
+    previous_coverage = previous["coverage"]["users_any_tier"] if previous else None
+    reasons = quality_gate(counts, bad, coverage, previous_coverage, config.enrichment.coverage_tolerance)
+    record.details = {"row_counts": counts, "bad_rows": bad, "users_known": n_known, "coverage": coverage,
+                      "previous_coverage": previous_coverage}
+    if reasons:
+        record.details["refused"] = reasons
+        record.write(spark, config, "refused")
+        raise QualityGateError("snapshot refused, nothing published: " + "; ".join(reasons))
+    fm_versions = {}
+    if "pair_embeddings" in tables:
+        fm_versions = {row[0] for row in spark.read.format("delta").load(tables["pair_embeddings"]["path"])
+                       .where(F.col("expires_at") > F.lit(as_of)).select("fm_version").distinct().collect()}
+    manifest = {
+        "snapshot_id": f"snapshot-{as_of:%Y%m%dT%H%M%SZ}",
+        "as_of": as_of.isoformat(),
+        "run_id": run_id,
+        "embedding_dim": dim,
+        "fm_versions": sorted(fm_versions),
+        "tables": tables,
+        "row_counts": counts,
+        "coverage": {"users_any_tier": coverage, "users_known": n_known, "users_covered": n_covered},
+    }
+    path = write_manifest(directory, manifest, config.enrichment.snapshots_kept)
+    record.rows_out = sum(counts.values())
+    record.table_versions = {name: spec["version"] for name, spec in tables.items()}
+    record.details["manifest"] = str(path)
+    record.write(spark, config, "success")
+    log.info("published %s: %s servable rows, coverage %.1f%% of %d known users", path, counts, 100 * coverage, n_known)
+    return {"manifest": str(path), **record.details}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+
+    def body() -> None:
+        from solaris.spark import get_spark
+        from solaris.speculation import default_run_id
+
+        config = config_from_args(args)
+        spark = get_spark(config, "publish")
+        result = run(spark, config, args.as_of, args.run_id or default_run_id("enrichment", args.as_of))
+        print(f"snapshot: {result['manifest']} coverage={result['coverage']:.3f}")
+
+    return run_job("publish", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

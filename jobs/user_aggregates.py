@@ -1,0 +1,108 @@
+"""Tier 2: per-user mean of the pair embeddings computed in the last 24 h.
+
+At ``--as-of t``: reads ``pair_embeddings_log`` rows with ``t - window < computed_at <= t`` (the
+latest row per pair, so a pair re-scored every hour is not over-weighted), averages each user's
+embeddings (plain or recency-weighted, optional L2 normalisation: :mod:`solaris.enrichment`) in
+an ``applyInPandas`` group, and MERGEs ``user_embeddings`` on ``user_id`` with
+``expires_at = t + enrichment.ttl_hours``. Rerunning the same run id changes nothing.
+
+    solaris user-aggregates --as-of 2000-12-01T03:00:00Z
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from datetime import timedelta
+
+from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+
+log = logging.getLogger("solaris.user_aggregates")
+
+SCHEMA = ("user_id long, embedding binary, n_pairs int, window_start timestamp, window_end timestamp, "
+          "computed_at timestamp, expires_at timestamp, fm_version string, run_id string")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="solaris user-aggregates", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 2)[-1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--as-of", type=as_of_arg, required=True, help="the run's logical time (UTC)")
+    add_common_args(parser)
+    return parser
+
+
+def run(spark, config, as_of, run_id: str) -> dict:
+    import pandas as pd
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from solaris.embedding_codec import decode
+    from solaris.enrichment import aggregate_user
+    from solaris.tables import RunRecord, merge_if_new_run, table_exists, table_version
+
+    enrichment, dim = config.enrichment, config.model.embedding_dim
+    record = RunRecord(run_id=run_id, job="user_aggregates", as_of=as_of)
+    window_start = as_of - timedelta(hours=enrichment.window_hours)
+    expires_at = as_of + timedelta(hours=enrichment.ttl_hours)
+    log_path = config.table_path("pair_embeddings_log")
+    if not table_exists(spark, log_path):
+        log.warning("no pair_embeddings_log yet at %s: no user aggregates", log_path)
+        record.write(spark, config, "success")
+        return {"users": 0, "pairs": 0}
+    latest = Window.partitionBy("user_id", "item_id").orderBy(F.col("computed_at").desc())
+    pairs = (
+        spark.read.format("delta").load(log_path)
+        .where((F.col("computed_at") > F.lit(window_start)) & (F.col("computed_at") <= F.lit(as_of)))
+        .withColumn("_rank", F.row_number().over(latest)).where("_rank = 1")
+        .select("user_id", "embedding", F.unix_seconds("computed_at").alias("computed_s"), "fm_version")
+    )
+    as_of_s = int(as_of.timestamp())
+
+    def per_user(frame: pd.DataFrame) -> pd.DataFrame:
+        result = aggregate_user(decode(frame["embedding"].tolist(), dim), frame["computed_s"].to_numpy(), as_of_s,
+                                enrichment.aggregation, enrichment.half_life_hours, enrichment.l2_normalize)
+        if result is None:
+            return pd.DataFrame(columns=[c.split()[0] for c in SCHEMA.split(", ")])
+        latest_version = frame.sort_values("computed_s")["fm_version"].iloc[-1]
+        return pd.DataFrame({
+            "user_id": [int(frame["user_id"].iloc[0])], "embedding": [result.embedding.astype("<f4").tobytes()],
+            "n_pairs": [result.n_pairs], "window_start": [pd.Timestamp(window_start)], "window_end": [pd.Timestamp(as_of)],
+            "computed_at": [pd.Timestamp(as_of)], "expires_at": [pd.Timestamp(expires_at)],
+            "fm_version": [latest_version], "run_id": [run_id],
+        })
+
+    aggregates = pairs.groupBy("user_id").applyInPandas(per_user, SCHEMA)
+    path = config.table_path("user_embeddings")
+    merge_if_new_run(aggregates, path, keys=["user_id"])
+    written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id)
+    stats = written.agg(F.count("*").alias("users"), F.coalesce(F.sum("n_pairs"), F.lit(0)).alias("pairs")).collect()[0]
+    record.rows_out = int(stats["users"])
+    record.rows_in = int(stats["pairs"])
+    record.table_versions = {"user_embeddings": table_version(spark, path)}
+    record.details = {"users": int(stats["users"]), "pairs": int(stats["pairs"]), "window_start": window_start.isoformat()}
+    record.write(spark, config, "success")
+    log.info("user aggregates at %s: %d users from %d pair embeddings computed since %s",
+             as_of, stats["users"], stats["pairs"], window_start)
+    return record.details
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+
+    def body() -> None:
+        from solaris.spark import get_spark
+        from solaris.speculation import default_run_id
+
+        config = config_from_args(args)
+        spark = get_spark(config, "user-aggregates")
+        result = run(spark, config, args.as_of, args.run_id or default_run_id("enrichment", args.as_of))
+        print(f"user_embeddings: {config.table_path('user_embeddings')} users={result['users']}")
+
+    return run_job("user-aggregates", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
