@@ -22,6 +22,13 @@ JOBS_DIR = REPO_ROOT / "jobs"
 AS_OF_TEMPLATE = "{{ params.as_of or (logical_date or dag_run.run_after).strftime('%Y-%m-%dT%H:%M:%SZ') }}"
 
 
+# Asset-triggered runs (enrichment) have no logical date: take the as-of the precompute run put in
+# the Asset event's extra; a manual trigger's Param still wins.
+ASSET_AS_OF_TEMPLATE = (
+    "{{ params.as_of or ((triggering_asset_events.values() | list | first | last).extra['as_of'] "
+    "if triggering_asset_events else (logical_date or dag_run.run_after).strftime('%Y-%m-%dT%H:%M:%SZ')) }}"
+)
+
 # What the as_of Param accepts (validated in the UI/CLI before a run starts): ISO-8601, UTC or offset.
 AS_OF_PATTERN = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?$"
 

@@ -24,7 +24,7 @@ def dagbag():
 
 def test_no_import_errors_and_expected_dags(dagbag):
     assert dagbag.import_errors == {}
-    assert {"solaris_precompute", "solaris_models", "solaris_replay"} <= set(dagbag.dags)
+    assert {"solaris_precompute", "solaris_enrichment", "solaris_models", "solaris_replay"} <= set(dagbag.dags)
 
 
 def test_every_dag_is_documented_tagged_and_retried(dagbag):
@@ -75,3 +75,11 @@ def test_each_dag_file_parses_without_heavy_imports():
                              env={**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.strip().splitlines()[-1:] in ([], [""]), f"{path.name} imports {out.stdout.strip()}"
+
+
+def test_enrichment_runs_on_the_pair_embeddings_asset(dagbag):
+    dag = dagbag.dags["solaris_enrichment"]
+    assert dag.max_active_runs == 1
+    assert dag.get_task("impute").upstream_task_ids == {"user_aggregates", "knn"}
+    assert dag.get_task("publish").upstream_task_ids == {"impute"}
+    assert "triggering_asset_events" in dag.get_task("knn").application_args[1]

@@ -17,21 +17,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_replay_dag_runs_every_task_to_success(tmp_path):
-    warehouse = tmp_path / "warehouse"
-    conf = {"dataset": "ml-100k", "start": "1998-03-01T00:00:00Z", "end": "1998-03-01T02:00:00Z", "max_epochs": 1}
-    command = f"source scripts/airflow-env.sh && airflow dags test solaris_replay -c '{json.dumps(conf)}'"
+def _dags_test(dag_id: str, conf: dict, warehouse: Path) -> dict[str, str]:
+    """Run `airflow dags test` and return the task states the metadata DB recorded for that run."""
+    command = f"source scripts/airflow-env.sh && airflow dags test {dag_id} -c '{json.dumps(conf)}'"
     env = {**os.environ, "SOLARIS_WAREHOUSE": str(warehouse)}
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-
     db = sqlite3.connect(ROOT / "airflow_home" / "airflow.db")
     run_id, state = db.execute(
-        "SELECT run_id, state FROM dag_run WHERE dag_id='solaris_replay' ORDER BY id DESC LIMIT 1").fetchone()
-    states = dict(db.execute(
-        "SELECT task_id, state FROM task_instance WHERE dag_id='solaris_replay' AND run_id=?", (run_id,)).fetchall())
+        "SELECT run_id, state FROM dag_run WHERE dag_id=? ORDER BY id DESC LIMIT 1", (dag_id,)).fetchone()
     assert state == "success"
+    return dict(db.execute("SELECT task_id, state FROM task_instance WHERE dag_id=? AND run_id=?", (dag_id, run_id)))
+
+
+@pytest.mark.slow
+def test_replay_then_precompute_and_enrichment_dags_run_every_task_to_success(tmp_path):
+    warehouse = tmp_path / "warehouse"
+    conf = {"dataset": "ml-100k", "start": "1998-03-01T00:00:00Z", "end": "1998-03-01T02:00:00Z", "max_epochs": 1}
+    states = _dags_test("solaris_replay", conf, warehouse)
     assert states == {"ingest": "success", "train_fm": "success", "train_verifier": "success", "replay": "success"}
 
     from deltalake import DeltaTable
@@ -42,3 +45,13 @@ def test_replay_dag_runs_every_task_to_success(tmp_path):
     assert len(scores) == 2 and (scores.status == "success").all()
     pairs = DeltaTable(str(warehouse / "pair_embeddings")).to_pandas()
     assert len(pairs) > 0 and pairs["run_id"].str.startswith("precompute-19980301T0").all()
+
+    # the next hour through the two scheduled DAGs (as a manual trigger with the as_of Param)
+    as_of = {"as_of": "1998-03-01T02:00:00Z"}
+    assert set(_dags_test("solaris_precompute", as_of, warehouse).values()) == {"success"}
+    states = _dags_test("solaris_enrichment", as_of, warehouse)
+    assert states == {"user_aggregates": "success", "knn": "success", "impute": "success", "publish": "success"}
+    latest = (warehouse / "snapshots" / "LATEST").read_text().strip()
+    assert latest == "snapshot-19980301T020000Z.json"
+    coverage = DeltaTable(str(warehouse / "runs")).to_pandas().query("job == 'coverage'")
+    assert len(coverage) == 2  # one per replayed tick

@@ -1,0 +1,64 @@
+"""
+### SOLARIS enrichment and publish
+
+Scheduled on the `solaris://pair_embeddings` Asset that every hourly precompute run emits; the
+run's `as_of` arrives in the Asset event's extra (or comes from the `as_of` Param of a manual
+trigger). Fills the coverage gaps left by direct precompute, then publishes a snapshot:
+
+1. **user_aggregates**: tier 2, mean of each user's pair embeddings computed in the last 24 h;
+2. **knn**: FAISS k-means centroids on a sample + per-cluster exact search over the FM's user
+   representations; recall@k against exact search is logged and recorded in `runs`;
+3. **impute**: tier 3 for users without a servable aggregate, from their neighbours' aggregates;
+4. **publish**: quality gate (counts, finite values, dimension, coverage not collapsed), then an
+   atomic manifest pinning the Delta versions the resolver loads. A refused snapshot fails the
+   task and publishes nothing; serving keeps the previous one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Asset, Param
+
+from solaris.orchestration import AS_OF_PATTERN, ASSET_AS_OF_TEMPLATE, spark_submit_kwargs
+
+PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")
+AS_OF = ["--as-of", ASSET_AS_OF_TEMPLATE]
+
+with DAG(
+    dag_id="solaris_enrichment",
+    doc_md=__doc__,
+    schedule=[PAIR_EMBEDDINGS],
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["solaris", "enrichment"],
+    default_args={
+        "retries": 2,
+        "retry_delay": timedelta(minutes=1),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=10),
+    },
+    params={
+        "as_of": Param(None, type=["null", "string"], pattern=AS_OF_PATTERN,
+                       description="logical time (UTC); empty = the as-of of the triggering precompute run"),
+    },
+) as dag:
+    user_aggregates = SparkSubmitOperator(
+        task_id="user_aggregates", doc_md="Tier 2: 24 h mean of each user's pair embeddings.",
+        **spark_submit_kwargs("user_aggregates", AS_OF),
+    )
+    knn = SparkSubmitOperator(
+        task_id="knn", doc_md="FAISS clusters + KNN over FM user representations; recall@k in `runs`.",
+        **spark_submit_kwargs("knn", AS_OF),
+    )
+    impute = SparkSubmitOperator(
+        task_id="impute", doc_md="Tier 3: impute users without an aggregate from their neighbours.",
+        **spark_submit_kwargs("impute", AS_OF),
+    )
+    publish = SparkSubmitOperator(
+        task_id="publish", doc_md="Quality gate, then the atomic snapshot manifest.",
+        **spark_submit_kwargs("publish", AS_OF),
+    )
+    [user_aggregates, knn] >> impute >> publish

@@ -1,0 +1,45 @@
+"""The Jinja templates the DAGs use for as-of, rendered with the context shapes Airflow 3 passes."""
+
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
+import jinja2
+import pytest
+
+from solaris.orchestration import AS_OF_PATTERN, AS_OF_TEMPLATE, ASSET_AS_OF_TEMPLATE, spark_submit_kwargs
+
+
+def _render(template, **context):
+    context.setdefault("params", {"as_of": None})
+    context.setdefault("logical_date", None)
+    context.setdefault("dag_run", SimpleNamespace(run_after=datetime(2026, 3, 1, 7, tzinfo=timezone.utc)))
+    return jinja2.Environment().from_string(template).render(**context)
+
+
+def test_as_of_param_wins_then_logical_date_then_run_after():
+    assert _render(AS_OF_TEMPLATE, params={"as_of": "2000-12-01T00:00:00Z"}) == "2000-12-01T00:00:00Z"
+    assert _render(AS_OF_TEMPLATE, logical_date=datetime(2026, 1, 2, 3, tzinfo=timezone.utc)) == "2026-01-02T03:00:00Z"
+    assert _render(AS_OF_TEMPLATE) == "2026-03-01T07:00:00Z"
+
+
+def test_asset_triggered_runs_take_the_as_of_from_the_latest_event_extra():
+    events = {"solaris://pair_embeddings": [SimpleNamespace(extra={"as_of": "2000-12-01T01:00:00Z"}),
+                                            SimpleNamespace(extra={"as_of": "2000-12-01T02:00:00Z"})]}
+    assert _render(ASSET_AS_OF_TEMPLATE, triggering_asset_events=events) == "2000-12-01T02:00:00Z"
+    assert _render(ASSET_AS_OF_TEMPLATE, triggering_asset_events={}) == "2026-03-01T07:00:00Z"
+
+
+@pytest.mark.parametrize("value,ok", [("2000-12-01T00:00:00Z", True), ("2000-12-01 00:00", True),
+                                       ("2000-12-01T00:00:00+02:00", True), ("yesterday", False), ("2000-12-01", False)])
+def test_as_of_pattern(value, ok):
+    import re
+
+    assert bool(re.match(AS_OF_PATTERN, value)) is ok
+
+
+def test_spark_submit_kwargs_point_at_job_files_and_jars():
+    kwargs = spark_submit_kwargs("score", ["--as-of", "x"])
+    assert kwargs["application"].endswith("jobs/score.py") and "delta-spark_" in kwargs["jars"]
+    assert kwargs["conn_id"] == "spark_default" and kwargs["env_vars"]["TZ"] == "UTC"
+    with pytest.raises(FileNotFoundError):
+        spark_submit_kwargs("nope", [])
