@@ -29,6 +29,8 @@ def quality_gate(row_counts: dict[str, int], bad_rows: dict[str, int], coverage:
     reasons = []
     if sum(row_counts.values()) == 0:
         reasons.append("no servable embeddings in any tier")
+    elif row_counts.get("pair_embeddings", 0) == 0:
+        reasons.append("pair_embeddings has no servable rows (tier 1 empty)")
     for table, count in sorted(bad_rows.items()):
         if count:
             reasons.append(f"{table}: {count} rows with non-finite values or the wrong dimension")

@@ -1,0 +1,60 @@
+"""Resolver latency: p50/p99 of ``resolve()`` for 100-pair requests, in-process.
+
+Builds a snapshot of realistic size in memory (default 2M pairs, 500k user aggregates, 500k
+imputed users, D=64), then times many 100-pair requests mixing pair hits, user-only hits,
+imputed and unknown users. Prints the percentiles; the target is p99 < 1 ms.
+
+    .venv/bin/python bench/resolver.py --pairs 2000000 --requests 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from solaris.serving.resolver import Tier, TierTables
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=2_000_000)
+    parser.add_argument("--users", type=int, default=500_000)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--batch", type=int, default=100)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    now = 1_700_000_000.0
+    pair_users = rng.integers(0, args.users, args.pairs)
+    pair_items = rng.integers(0, 50_000, args.pairs)
+    keys = np.unique(np.stack([pair_users, pair_items], axis=1), axis=0)
+    started = time.perf_counter()
+    tables = TierTables(
+        args.dim,
+        Tier.build([keys[:, 0], keys[:, 1]], rng.standard_normal((len(keys), args.dim), dtype=np.float32),
+                   np.full(len(keys), now - 3600), now + rng.uniform(-3600, 6 * 3600, len(keys))),
+        Tier.build([np.arange(args.users)], rng.standard_normal((args.users, args.dim), dtype=np.float32),
+                   np.full(args.users, now - 7200), np.full(args.users, now + 3600)),
+        Tier.build([np.arange(args.users, 2 * args.users)], rng.standard_normal((args.users, args.dim), dtype=np.float32),
+                   np.full(args.users, now - 7200), np.full(args.users, now + 3600)),
+    )
+    print(f"snapshot: {len(keys):,} pairs, {args.users:,} aggregates, {args.users:,} imputed, D={args.dim}; "
+          f"built in {time.perf_counter() - started:.1f}s")
+    latencies = []
+    for request in range(args.requests + 50):
+        hits = rng.integers(0, len(keys), args.batch // 2)
+        users = np.concatenate([keys[hits, 0], rng.integers(0, 3 * args.users, args.batch - hits.size)])
+        items = np.concatenate([keys[hits, 1], rng.integers(0, 50_000, args.batch - hits.size)])
+        started = time.perf_counter()
+        tables.resolve(users, items, now)
+        if request >= 50:  # warm-up
+            latencies.append(time.perf_counter() - started)
+    ms = np.array(latencies) * 1000
+    print(f"{args.requests} requests of {args.batch} pairs: p50 {np.percentile(ms, 50):.3f} ms, "
+          f"p99 {np.percentile(ms, 99):.3f} ms, max {ms.max():.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
