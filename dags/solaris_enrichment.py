@@ -16,12 +16,12 @@ trigger). Fills the coverage gaps left by direct precompute, then publishes a sn
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param
 
-from solaris.orchestration import AS_OF_PATTERN, ASSET_AS_OF_TEMPLATE, spark_submit_kwargs
+from solaris.orchestration import HOURLY_DEFAULT_ARGS, AS_OF_PATTERN, ASSET_AS_OF_TEMPLATE, spark_submit_kwargs
 
 PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")
 AS_OF = ["--as-of", ASSET_AS_OF_TEMPLATE]
@@ -34,12 +34,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     tags=["solaris", "enrichment"],
-    default_args={
-        "retries": 2,
-        "retry_delay": timedelta(minutes=1),
-        "retry_exponential_backoff": True,
-        "max_retry_delay": timedelta(minutes=10),
-    },
+    default_args=HOURLY_DEFAULT_ARGS,
     params={
         "as_of": Param(None, type=["null", "string"], pattern=AS_OF_PATTERN,
                        description="logical time (UTC); empty = the as-of of the triggering precompute run"),

@@ -17,12 +17,12 @@ of the same hour replace their own output. Spark jobs go through `spark-submit` 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param, task
 
-from solaris.orchestration import AS_OF_PATTERN, AS_OF_TEMPLATE, spark_submit_kwargs
+from solaris.orchestration import HOURLY_DEFAULT_ARGS, AS_OF_PATTERN, AS_OF_TEMPLATE, spark_submit_kwargs
 
 PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")
 OVERRIDES = [
@@ -39,12 +39,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     tags=["solaris", "precompute"],
-    default_args={
-        "retries": 2,
-        "retry_delay": timedelta(minutes=1),
-        "retry_exponential_backoff": True,
-        "max_retry_delay": timedelta(minutes=10),
-    },
+    default_args=HOURLY_DEFAULT_ARGS,
     params={
         "as_of": Param(None, type=["null", "string"], pattern=AS_OF_PATTERN,
                        description="logical time (UTC, ISO-8601); empty = the run's logical date"),

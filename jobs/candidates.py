@@ -14,18 +14,13 @@ import logging
 import sys
 from datetime import timedelta
 
-from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+from solaris.runtime import job_parser, run_stage
 
 log = logging.getLogger("solaris.candidates")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solaris candidates", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[-1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--as-of", type=as_of_arg, required=True, help="the run's logical time (UTC)")
-    add_common_args(parser)
-    return parser
+    return job_parser("solaris candidates", __doc__)
 
 
 def build_candidates(spark, config, as_of, run_id: str):
@@ -69,19 +64,11 @@ def run(spark, config, as_of, run_id: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level)
-
-    def body() -> None:
-        from solaris.spark import get_spark
-        from solaris.speculation import default_run_id
-
-        config = config_from_args(args)
-        spark = get_spark(config, "candidates")
-        result = run(spark, config, args.as_of, args.run_id or default_run_id("precompute", args.as_of))
-        print(f"candidates: {config.table_path('candidates')} pairs={result['pairs']} users={result['users']}")
-
-    return run_job("candidates", body)
+    return run_stage(
+        build_parser(), argv, "candidates", "precompute",
+        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
+        report=lambda config, result: f"candidates: {config.table_path('candidates')} pairs={result['pairs']} users={result['users']}",
+    )
 
 
 if __name__ == "__main__":

@@ -16,19 +16,15 @@ import logging
 import sys
 from datetime import timedelta
 
-from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+from solaris.runtime import job_parser, run_stage
 
 log = logging.getLogger("solaris.expire")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solaris expire", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[-1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--as-of", type=as_of_arg, required=True, help="the run's logical time (UTC)")
+    parser = job_parser("solaris expire", __doc__)
     parser.add_argument("--optimize", action="store_true", help="compact small files of live expiry buckets")
     parser.add_argument("--no-vacuum", action="store_true", help="skip VACUUM (it never bypasses the retention guard)")
-    add_common_args(parser)
     return parser
 
 
@@ -72,20 +68,11 @@ def run(spark, config, as_of, run_id: str, optimize: bool = False, vacuum: bool 
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level)
-
-    def body() -> None:
-        from solaris.spark import get_spark
-        from solaris.speculation import default_run_id
-
-        config = config_from_args(args)
-        spark = get_spark(config, "expire")
-        result = run(spark, config, args.as_of, args.run_id or default_run_id("precompute", args.as_of),
-                     args.optimize, not args.no_vacuum)
-        print(f"expired={result['expired']} from {config.table_path('pair_embeddings')}")
-
-    return run_job("expire", body)
+    return run_stage(
+        build_parser(), argv, "expire", "precompute",
+        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id, args.optimize, not args.no_vacuum),
+        report=lambda config, result: f"expired={result['expired']} from {config.table_path('pair_embeddings')}",
+    )
 
 
 if __name__ == "__main__":

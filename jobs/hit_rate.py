@@ -17,18 +17,13 @@ import logging
 import sys
 from datetime import timedelta
 
-from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+from solaris.runtime import job_parser, run_stage
 
 log = logging.getLogger("solaris.hit_rate")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solaris hit-rate", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[-1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--as-of", type=as_of_arg, required=True, help="the run's logical time (UTC)")
-    add_common_args(parser)
-    return parser
+    return job_parser("solaris hit-rate", __doc__)
 
 
 def run(spark, config, as_of, run_id: str) -> dict:
@@ -67,20 +62,12 @@ def _pct(value) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level)
-
-    def body() -> None:
-        from solaris.spark import get_spark
-        from solaris.speculation import default_run_id
-
-        config = config_from_args(args)
-        spark = get_spark(config, "hit-rate")
-        figures = run(spark, config, args.as_of, args.run_id or default_run_id("precompute", args.as_of))
-        print(f"hit rate: candidates {_pct(figures['candidates_hit_rate'])}, verified {_pct(figures['verified_hit_rate'])} "
-              f"of {figures['requests']} requests")
-
-    return run_job("hit-rate", body)
+    return run_stage(
+        build_parser(), argv, "hit-rate", "precompute",
+        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
+        report=lambda config, result: (f"hit rate: candidates {_pct(result['candidates_hit_rate'])}, verified {_pct(result['verified_hit_rate'])} "
+                f"of {result['requests']} requests"),
+    )
 
 
 if __name__ == "__main__":

@@ -16,18 +16,14 @@ import argparse
 import logging
 import sys
 
-from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+from solaris.runtime import job_parser, run_stage
 
 log = logging.getLogger("solaris.knn")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solaris knn", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[-1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--as-of", type=as_of_arg, required=True, help="the run's logical time (UTC)")
+    parser = job_parser("solaris knn", __doc__)
     parser.add_argument("--fm", help="FM checkpoint under the warehouse (default: precompute.fm_checkpoint)")
-    add_common_args(parser)
     return parser
 
 
@@ -152,21 +148,12 @@ def _recall(spark, vectors, neighbors_path, enrichment, dim, seed, n_users) -> f
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level)
-
-    def body() -> None:
-        from solaris.spark import get_spark
-        from solaris.speculation import default_run_id
-
-        config = config_from_args(args)
-        spark = get_spark(config, "knn")
-        result = run(spark, config, args.as_of, args.run_id or default_run_id("enrichment", args.as_of), args.fm)
-        k = result["k"]
-        print(f"user_neighbors: {config.table_path('user_neighbors')} users={result['users']} "
-              f"recall@{k}={result[f'recall_at_{k}']:.3f}")
-
-    return run_job("knn", body)
+    return run_stage(
+        build_parser(), argv, "knn", "enrichment",
+        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id, args.fm),
+        report=lambda config, result: (f"user_neighbors: {config.table_path('user_neighbors')} users={result['users']} "
+                f"recall@{result['k']}={result['recall_at_' + str(result['k'])]:.3f}"),
+    )
 
 
 if __name__ == "__main__":

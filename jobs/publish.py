@@ -17,7 +17,7 @@ import argparse
 import logging
 import sys
 
-from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+from solaris.runtime import job_parser, run_stage
 
 log = logging.getLogger("solaris.publish")
 
@@ -25,12 +25,7 @@ EMBEDDING_TABLES = ("pair_embeddings", "user_embeddings", "imputed_embeddings")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solaris publish", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[-1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--as-of", type=as_of_arg, required=True, help="the run's logical time (UTC)")
-    add_common_args(parser)
-    return parser
+    return job_parser("solaris publish", __doc__)
 
 
 def _bad_rows(frame, dim: int) -> int:
@@ -126,19 +121,11 @@ def run(spark, config, as_of, run_id: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level)
-
-    def body() -> None:
-        from solaris.spark import get_spark
-        from solaris.speculation import default_run_id
-
-        config = config_from_args(args)
-        spark = get_spark(config, "publish")
-        result = run(spark, config, args.as_of, args.run_id or default_run_id("enrichment", args.as_of))
-        print(f"snapshot: {result['manifest']} coverage={result['coverage']:.3f}")
-
-    return run_job("publish", body)
+    return run_stage(
+        build_parser(), argv, "publish", "enrichment",
+        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
+        report=lambda config, result: f"snapshot: {result['manifest']} coverage={result['coverage']:.3f}",
+    )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import argparse
 import logging
 import sys
 
-from solaris.runtime import JobInputError, add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+from solaris.runtime import JobInputError, job_parser, run_stage
 
 log = logging.getLogger("solaris.score")
 
@@ -34,13 +34,9 @@ PAIR_COLUMNS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solaris score", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[-1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--as-of", type=as_of_arg, required=True, help="the run's logical time (UTC)")
+    parser = job_parser("solaris score", __doc__)
     parser.add_argument("--fm", help="FM checkpoint under the warehouse (default: precompute.fm_checkpoint)")
     parser.add_argument("--verifier", help="verifier checkpoint (default: precompute.verifier_checkpoint)")
-    add_common_args(parser)
     return parser
 
 
@@ -141,21 +137,12 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level)
-
-    def body() -> None:
-        from solaris.spark import get_spark
-        from solaris.speculation import default_run_id
-
-        config = config_from_args(args)
-        spark = get_spark(config, "score")
-        result = run(spark, config, args.as_of, args.run_id or default_run_id("precompute", args.as_of),
-                     args.fm, args.verifier)
-        print(f"pair_embeddings: {config.table_path('pair_embeddings')} written={result['written']} "
-              f"verified={result['verified']} candidates={result['candidates']} quarantined={result['quarantined']}")
-
-    return run_job("score", body)
+    return run_stage(
+        build_parser(), argv, "score", "precompute",
+        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id, args.fm, args.verifier),
+        report=lambda config, result: (f"pair_embeddings: {config.table_path('pair_embeddings')} written={result['written']} "
+                f"verified={result['verified']} candidates={result['candidates']} quarantined={result['quarantined']}"),
+    )
 
 
 if __name__ == "__main__":

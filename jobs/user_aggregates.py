@@ -16,7 +16,7 @@ import logging
 import sys
 from datetime import timedelta
 
-from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+from solaris.runtime import job_parser, run_stage
 
 log = logging.getLogger("solaris.user_aggregates")
 
@@ -25,12 +25,7 @@ SCHEMA = ("user_id long, embedding binary, n_pairs int, window_start timestamp, 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solaris user-aggregates", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[-1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--as-of", type=as_of_arg, required=True, help="the run's logical time (UTC)")
-    add_common_args(parser)
-    return parser
+    return job_parser("solaris user-aggregates", __doc__)
 
 
 def run(spark, config, as_of, run_id: str) -> dict:
@@ -89,19 +84,11 @@ def run(spark, config, as_of, run_id: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level)
-
-    def body() -> None:
-        from solaris.spark import get_spark
-        from solaris.speculation import default_run_id
-
-        config = config_from_args(args)
-        spark = get_spark(config, "user-aggregates")
-        result = run(spark, config, args.as_of, args.run_id or default_run_id("enrichment", args.as_of))
-        print(f"user_embeddings: {config.table_path('user_embeddings')} users={result['users']}")
-
-    return run_job("user-aggregates", body)
+    return run_stage(
+        build_parser(), argv, "user-aggregates", "enrichment",
+        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
+        report=lambda config, result: f"user_embeddings: {config.table_path('user_embeddings')} users={result['users']}",
+    )
 
 
 if __name__ == "__main__":

@@ -29,15 +29,27 @@ run_id, state = db.execute(
 tasks = db.execute("SELECT task_id, state FROM task_instance WHERE dag_id='solaris_replay' AND run_id=?", (run_id,)).fetchall()
 print(f"\nAirflow run {run_id}: {state}; tasks: " + ", ".join(f"{t}={s}" for t, s in tasks))
 runs = DeltaTable(f"{root}/runs").to_pandas()
-hits = runs[runs.job == "hit_rate"].sort_values("as_of")
-for _, row in hits.iterrows():
-    d = json.loads(row.details)
-    rate = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"
-    print(f"  tick {row.as_of:%Y-%m-%d %H:%M}Z: {d['candidates']} candidates, {d['verified']} verified; "
-          f"next-hour requests {d['requests']}: hit rate {rate(d['candidates_hit_rate'])} / {rate(d['verified_hit_rate'])}")
-for name in ("events", "candidates", "pair_embeddings", "quarantine", "runs"):
+rate = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"
+hits = runs[runs.job == "hit_rate"].set_index("as_of")
+served = runs[runs.job == "coverage"].set_index("as_of")
+print("\nper tick: speculation hit rate (candidates / verified) and coverage of the next hour's requests by tier")
+for as_of in sorted(hits.index):
+    h = json.loads(hits.loc[as_of, "details"])
+    c = json.loads(served.loc[as_of, "details"]) if as_of in served.index else {}
+    print(f"  {as_of:%Y-%m-%d %H:%M}Z  {h['candidates']} candidates, {h['verified']} verified | "
+          f"{h['requests']} requests: hit {rate(h['candidates_hit_rate'])} / {rate(h['verified_hit_rate'])} | "
+          f"coverage tier1 {rate(c.get('cumulative_tier1'))}, tiers1-2 {rate(c.get('cumulative_tier2'))}, "
+          f"tiers1-3 {rate(c.get('cumulative_tier3'))}")
+knn = runs[runs.job == "knn"].sort_values("as_of")
+if len(knn):
+    d = json.loads(knn.iloc[-1].details)
+    k = d["k"]
+    print(f"  KNN: {d['users']} users, {d['clusters']} clusters, recall@{k} vs exact {d['recall_at_' + str(k)]:.3f}")
+for name in ("events", "candidates", "pair_embeddings", "user_embeddings", "imputed_embeddings", "user_neighbors",
+             "quarantine", "runs"):
     table = DeltaTable(f"{root}/{name}")
     print(f"{name:<16}: {root}/{name}  (Delta version {table.version()}, {table.to_pyarrow_dataset().count_rows()} rows)")
 print(f"{'models':<16}: {root}/models/(fm|vm_baseline)/LATEST")
+print(f"{'snapshot':<16}: {root}/snapshots/" + open(f"{root}/snapshots/LATEST").read().strip())
 print(f"{'airflow':<16}: {airflow_home} (metadata DB airflow.db; UI: scripts/airflow-ui.sh)")
 PY

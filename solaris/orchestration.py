@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from solaris.config import REPO_ROOT, load_config
@@ -31,6 +32,15 @@ ASSET_AS_OF_TEMPLATE = (
 
 # What the as_of Param accepts (validated in the UI/CLI before a run starts): ISO-8601, UTC or offset.
 AS_OF_PATTERN = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?$"
+
+
+# Hourly DAGs retry transient failures (a busy cluster, a Delta commit conflict) with backoff.
+HOURLY_DEFAULT_ARGS = {
+    "retries": 2,
+    "retry_delay": timedelta(minutes=1),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": timedelta(minutes=10),
+}
 
 
 def job_application(job: str) -> str:

@@ -82,3 +82,39 @@ def run_job(name: str, body: Callable[[], None]) -> int:
         return EXIT_FAILED
     log.info("%s finished in %.1fs", name, time.monotonic() - started)
     return EXIT_OK
+
+
+def job_parser(prog: str, doc: str, with_as_of: bool = True) -> argparse.ArgumentParser:
+    """The parser every job starts from: its docstring as help, ``--as-of`` for hourly stages."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=doc.split("\n\n")[0],
+        epilog=doc.split("\n\n", 2)[-1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if with_as_of:
+        parser.add_argument("--as-of", type=as_of_arg, required=True, help="the run's logical time (UTC)")
+    return parser
+
+
+def run_stage(parser: argparse.ArgumentParser, argv: list[str] | None, name: str, run_prefix: str,
+              run: Callable, report: Callable) -> int:
+    """Main of an hourly stage: parse, log, load config, start Spark, ``run``, print ``report``.
+
+    ``run(spark, config, args, run_id)`` does the work; the run id defaults to
+    ``<run_prefix>-<as-of>`` so every stage of one hour shares it and reruns replace their output.
+    """
+    add_common_args(parser)
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level)
+
+    def body() -> None:
+        from solaris.spark import get_spark
+        from solaris.speculation import default_run_id
+
+        config = config_from_args(args)
+        spark = get_spark(config, name)
+        result = run(spark, config, args, args.run_id or default_run_id(run_prefix, args.as_of))
+        print(report(config, result))
+
+    return run_job(name, body)

@@ -38,6 +38,15 @@ def table_version(spark: "SparkSession", path: str) -> int | None:
     return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
 
 
+def _ensure_table(df: "DataFrame", path: str, partition_by: Sequence[str]) -> None:
+    """Create an empty Delta table with ``df``'s schema (and partitioning) unless one exists."""
+    if not table_exists(df.sparkSession, path):
+        writer = df.limit(0).write.format("delta").mode("ignore")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        writer.save(path)
+
+
 def merge_into(
     df: "DataFrame",
     path: str,
@@ -48,11 +57,7 @@ def merge_into(
     from delta.tables import DeltaTable
 
     spark = df.sparkSession
-    if not table_exists(spark, path):
-        writer = df.limit(0).write.format("delta").mode("ignore")
-        if partition_by:
-            writer = writer.partitionBy(*partition_by)
-        writer.save(path)
+    _ensure_table(df, path, partition_by)
     condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
     (
         DeltaTable.forPath(spark, path)
@@ -70,11 +75,7 @@ def merge_if_new_run(df: "DataFrame", path: str, keys: Sequence[str], partition_
     from delta.tables import DeltaTable
 
     spark = df.sparkSession
-    if not table_exists(spark, path):
-        writer = df.limit(0).write.format("delta").mode("ignore")
-        if partition_by:
-            writer = writer.partitionBy(*partition_by)
-        writer.save(path)
+    _ensure_table(df, path, partition_by)
     condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
     (
         DeltaTable.forPath(spark, path).alias("t")

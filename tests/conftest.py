@@ -33,3 +33,10 @@ def spark(tmp_path_factory):
     session = get_spark(config, "tests")
     yield session
     session.stop()
+
+
+def table_checksum(spark, path: str) -> tuple[int, int]:
+    """(row count, order-independent content hash) of a Delta table: equal means same content."""
+    frame = spark.read.format("delta").load(path)
+    row = frame.selectExpr("count(*) AS n", f"sum(hash({', '.join(frame.columns)})) AS h").collect()[0]
+    return row["n"], row["h"]

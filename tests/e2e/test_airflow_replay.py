@@ -55,3 +55,13 @@ def test_replay_then_precompute_and_enrichment_dags_run_every_task_to_success(tm
     assert latest == "snapshot-19980301T020000Z.json"
     coverage = DeltaTable(str(warehouse / "runs")).to_pandas().query("job == 'coverage'")
     assert len(coverage) == 2  # one per replayed tick
+
+
+def test_invalid_param_is_refused_before_any_spark_job(tmp_path):
+    warehouse = tmp_path / "warehouse"
+    command = "source scripts/airflow-env.sh && airflow dags test solaris_precompute -c '{\"ttl_hours\": -1}'"
+    done = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "SOLARIS_WAREHOUSE": str(warehouse)})
+    assert done.returncode != 0
+    assert "Invalid input for param ttl_hours" in done.stdout + done.stderr
+    assert "spark-submit" not in done.stdout + done.stderr and not warehouse.exists()

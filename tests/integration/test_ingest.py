@@ -10,6 +10,7 @@ import pytest
 from solaris.events import stable_id
 from solaris.jobs.ingest import ingest
 from solaris.runtime import JobInputError
+from tests.conftest import table_checksum
 from solaris.sources import ColumnMap, SourceError, resolve_source
 
 
@@ -18,9 +19,7 @@ def _table(spark, config, name):
 
 
 def _checksum(spark, config, name):
-    frame = _table(spark, config, name)
-    row = frame.selectExpr("count(*) AS n", f"sum(hash({', '.join(frame.columns)})) AS h").collect()[0]
-    return row["n"], row["h"]
+    return table_checksum(spark, config.table_path(name))
 
 
 def test_ml100k_ingest_reads_back_without_spark(spark, make_config):

@@ -19,7 +19,7 @@ from solaris.models.checkpoint import load_checkpoint, save_checkpoint
 from solaris.models.training import EventArrays, train_fm, train_vm
 from solaris.sources import resolve_source
 from solaris.speculation import default_run_id
-from tests.conftest import TEST_OVERRIDES
+from tests.conftest import TEST_OVERRIDES, table_checksum
 
 SMALL = [
     "synthetic.n_events=8000", "synthetic.n_users=120", "synthetic.n_items=150", "synthetic.chunks=2",
@@ -37,9 +37,7 @@ def _table(spark, config, name):
 
 
 def _checksum(spark, config, name):
-    frame = _table(spark, config, name)
-    row = frame.selectExpr("count(*) AS n", f"sum(hash({', '.join(frame.columns)})) AS h").collect()[0]
-    return row["n"], row["h"]
+    return table_checksum(spark, config.table_path(name))
 
 
 @pytest.fixture(scope="module")
