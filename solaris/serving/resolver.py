@@ -21,7 +21,6 @@ from pathlib import Path
 from datetime import datetime, timezone
 
 import numpy as np
-import pandas as pd
 
 TIER_NONE, TIER_PAIR, TIER_USER, TIER_IMPUTED = 0, 1, 2, 3
 
@@ -38,30 +37,63 @@ def _seconds(value) -> np.ndarray:
     return array.astype(np.float64)
 
 
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _key(users: np.ndarray, items: np.ndarray | None) -> np.ndarray:
+    """One uint64 lookup key per row: the user id, or a mix of (user, item) for pairs."""
+    u = np.asarray(users, dtype=np.int64).astype(np.uint64)
+    if items is None:
+        return u
+    with np.errstate(over="ignore"):
+        i = np.asarray(items, dtype=np.int64).astype(np.uint64)
+        mixed = (u * _MIX) ^ (i + (u << np.uint64(17)) + (u >> np.uint64(13)))
+        return mixed * np.uint64(0xBF58476D1CE4E5B9)
+
+
 @dataclass(frozen=True)
 class Tier:
-    """One tier's rows: a key index, embeddings and their validity window."""
+    """One tier's rows, sorted by a uint64 key for binary-search lookups (pairs keep both ids to
+    confirm a hit, so a hash collision can only cost a miss, never a wrong value)."""
 
-    index: pd.Index  # MultiIndex (user, item) for pairs, Index(user) otherwise
-    embeddings: np.ndarray  # float32 [n, D]
+    keys: np.ndarray  # uint64, sorted
+    users: np.ndarray  # int64, in key order
+    items: np.ndarray | None  # int64 in key order (pair tier) or None
+    embeddings: np.ndarray  # float32 [n, D], in key order
     computed_at: np.ndarray  # epoch seconds
     expires_at: np.ndarray  # epoch seconds
 
     @classmethod
     def build(cls, keys: list[np.ndarray], embeddings, computed_at, expires_at) -> "Tier":
-        embeddings = np.asarray(embeddings, dtype=np.float32)
-        if len(keys) == 2:
-            index = pd.MultiIndex.from_arrays([np.asarray(k, dtype=np.int64) for k in keys])
-        else:
-            index = pd.Index(np.asarray(keys[0], dtype=np.int64))
-        if not index.is_unique:
+        users = np.asarray(keys[0], dtype=np.int64)
+        items = np.asarray(keys[1], dtype=np.int64) if len(keys) == 2 else None
+        lookup = _key(users, items)
+        order = np.argsort(lookup, kind="stable")
+        lookup = lookup[order]
+        if lookup.size and (lookup[1:] == lookup[:-1]).any():
             raise ValueError("tier keys must be unique (latest row per key)")
-        return cls(index, embeddings, _seconds(computed_at), _seconds(expires_at))
+        return cls(lookup, users[order], None if items is None else items[order],
+                   np.asarray(embeddings, dtype=np.float32)[order], _seconds(computed_at)[order],
+                   _seconds(expires_at)[order])
 
     @classmethod
     def empty(cls, dim: int, keyed_by_pair: bool) -> "Tier":
         keys = [np.empty(0, np.int64)] * (2 if keyed_by_pair else 1)
         return cls.build(keys, np.zeros((0, dim), np.float32), np.empty(0), np.empty(0))
+
+    def __len__(self) -> int:
+        return int(self.keys.size)
+
+    def find(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
+        """Row of each query in this tier, -1 when absent."""
+        if not self.keys.size:
+            return np.full(users.size, -1, dtype=np.int64)
+        query = _key(users, items if self.items is not None else None)
+        position = np.minimum(np.searchsorted(self.keys, query), self.keys.size - 1)
+        found = (self.keys[position] == query) & (self.users[position] == users)
+        if self.items is not None:
+            found &= self.items[position] == items
+        return np.where(found, position, -1)
 
 
 @dataclass(frozen=True)
@@ -89,16 +121,11 @@ class TierTables:
         out = np.zeros((n, self.dim), dtype=np.float32)
         tier = np.zeros(n, dtype=np.int8)
         age = np.full(n, np.nan, dtype=np.float64)
-        lookups = (
-            (TIER_PAIR, self.pairs, pd.MultiIndex.from_arrays([users, items]) if n else None),
-            (TIER_USER, self.users, pd.Index(users)),
-            (TIER_IMPUTED, self.imputed, pd.Index(users)),
-        )
-        for code, table, query in lookups:
+        for code, table in ((TIER_PAIR, self.pairs), (TIER_USER, self.users), (TIER_IMPUTED, self.imputed)):
             open_rows = tier == TIER_NONE
-            if not open_rows.any() or len(table.index) == 0:
+            if not open_rows.any() or len(table) == 0:
                 continue
-            position = table.index.get_indexer(query)
+            position = table.find(users, items)
             servable = open_rows & (position >= 0)
             rows = position[servable]
             candidates = np.flatnonzero(servable)

@@ -113,3 +113,23 @@ def test_per_request_times():
     _, tier, age = tables.resolve([1, 1], [10, 10], np.array([NOW.timestamp(), later.timestamp()]))
     assert tier.tolist() == [TIER_PAIR, TIER_NONE]
     assert age[0] == H
+
+
+def test_lookup_matches_a_dictionary_on_random_60_bit_ids():
+    rng = np.random.default_rng(7)
+    users = rng.integers(0, 2**60, 3000)
+    items = rng.integers(0, 2**60, 3000)
+    t = NOW.timestamp()
+    embeddings = rng.standard_normal((3000, 2)).astype(np.float32)
+    tables = TierTables(2, Tier.build([users, items], embeddings, np.full(3000, t), np.full(3000, t + H)),
+                        Tier.empty(2, False), Tier.empty(2, False))
+    truth = {(u, i): row for row, (u, i) in enumerate(zip(users, items))}
+    query_users = np.concatenate([users[:500], rng.integers(0, 2**60, 500)])
+    query_items = np.concatenate([items[:500], items[500:1000]])  # known items, mostly unknown pairs
+    emb, tier, _ = tables.resolve(query_users, query_items, NOW)
+    for k, (u, i) in enumerate(zip(query_users, query_items)):
+        row = truth.get((u, i))
+        if row is None:
+            assert tier[k] == TIER_NONE and not emb[k].any()
+        else:
+            assert tier[k] == TIER_PAIR and np.array_equal(emb[k], embeddings[row])
