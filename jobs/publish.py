@@ -97,10 +97,12 @@ def run(spark, config, as_of, run_id: str) -> dict:
         record.details["refused"] = reasons
         record.write(spark, config, "refused")
         raise QualityGateError("snapshot refused, nothing published: " + "; ".join(reasons))
-    fm_versions = {}
-    if "pair_embeddings" in tables:
-        fm_versions = {row[0] for row in spark.read.format("delta").load(tables["pair_embeddings"]["path"])
-                       .where(F.col("expires_at") > F.lit(as_of)).select("fm_version").distinct().collect()}
+    fm_versions = set()
+    if "pair_embeddings" in tables:  # the versions of what the manifest pins, not of the latest table
+        pinned = tables["pair_embeddings"]
+        fm_versions = {row[0] for row in spark.read.format("delta").option("versionAsOf", pinned["version"])
+                       .load(pinned["path"]).where(F.col("expires_at") > F.lit(as_of))
+                       .select("fm_version").distinct().collect()}
     manifest = {
         "snapshot_id": f"snapshot-{as_of:%Y%m%dT%H%M%SZ}",
         "as_of": as_of.isoformat(),
