@@ -13,22 +13,13 @@ import argparse
 import logging
 import sys
 
-from solaris.runtime import (
-    JobInputError,
-    add_common_args,
-    as_of_arg,
-    config_from_args,
-    run_job,
-    setup_logging,
-)
+from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
 
 log = logging.getLogger("solaris.train_fm")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solaris train-fm", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[-1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = job_parser("solaris train-fm", __doc__, with_as_of=False)
     parser.add_argument("--as-of", type=as_of_arg, required=True, help="train on events with ts <= this UTC time")
     parser.add_argument("--seed", type=int, help="training seed (default: config seed)")
     parser.add_argument("--output", default="models/fm", help="checkpoint root under the warehouse")
@@ -44,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> None:
         from solaris.models.checkpoint import save_checkpoint
         from solaris.models.common import pick_device
-        from solaris.models.training import EventArrays, train_fm
+        from solaris.models.training import EventArrays, train_fm, training_metadata
         from solaris.spark import get_spark
-        from solaris.tables import RunRecord, events_until
+        from solaris.tables import RunRecord, training_events
 
         config = config_from_args(args)
         output = config.resolve_under_warehouse(args.output)
@@ -55,18 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_spark(config, "train-fm")
         run_id = args.run_id or f"train_fm-{args.as_of:%Y%m%dT%H%M%S}-s{seed}"
         record = RunRecord(run_id=run_id, job="train_fm", as_of=args.as_of)
-        frame = events_until(spark, config, args.as_of)
-        if frame.empty:
-            raise JobInputError(f"no events with ts <= {args.as_of.isoformat()} in {config.table_path('events')}")
-        events = EventArrays.from_frame(frame)
+        events = EventArrays.from_frame(training_events(spark, config, args.as_of))
         log.info("training FM on %d events (%d users) up to %s on %s", len(events), len(set(events.user_id)), args.as_of, device)
         result = train_fm(events, config, seed, device=device)
-        metadata = {
-            "role": "fm", "as_of": args.as_of.isoformat(), "seed": seed,
-            "data_range": [int(events.ts.min()), int(events.ts.max())], "n_events": len(events),
-            "validation": result.validation, "epochs": result.epochs, "best_epoch": result.best_epoch,
-            "train_seconds": result.seconds,
-        }
+        metadata = training_metadata("fm", args.as_of, seed, events, result)
         folder = save_checkpoint(result.model, output, metadata)
         record.rows_in, record.rows_out = len(events), 1
         record.details = {"checkpoint": str(folder), "version": folder.name, **result.validation}

@@ -15,15 +15,13 @@ import argparse
 import logging
 import sys
 
-from solaris.runtime import JobInputError, add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
 
 log = logging.getLogger("solaris.train_vm")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solaris train-vm", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[-1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = job_parser("solaris train-vm", __doc__, with_as_of=False)
     parser.add_argument("--as-of", type=as_of_arg, required=True, help="train on events with ts <= this UTC time")
     parser.add_argument("--variant", choices=["baseline", "distilled"], default="baseline")
     parser.add_argument("--fm", default="models/fm", help="FM checkpoint (teacher for 'distilled')")
@@ -40,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> None:
         from solaris.features import training_features
         from solaris.models.checkpoint import load_checkpoint, save_checkpoint
-        from solaris.models.training import EventArrays, predict, train_vm
+        from solaris.models.training import EventArrays, predict, train_vm, training_metadata
         from solaris.spark import get_spark
-        from solaris.tables import RunRecord, events_until
+        from solaris.tables import RunRecord, training_events
 
         config = config_from_args(args)
         output = config.resolve_under_warehouse(args.output or f"models/vm_{args.variant}")
@@ -54,22 +52,15 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_spark(config, f"train-vm-{args.variant}")
         run_id = args.run_id or f"train_vm_{args.variant}-{args.as_of:%Y%m%dT%H%M%S}-s{seed}"
         record = RunRecord(run_id=run_id, job=f"train_vm_{args.variant}", as_of=args.as_of)
-        frame = events_until(spark, config, args.as_of)
-        if frame.empty:
-            raise JobInputError(f"no events with ts <= {args.as_of.isoformat()} in {config.table_path('events')}")
-        events = EventArrays.from_frame(frame)
+        events = EventArrays.from_frame(training_events(spark, config, args.as_of))
         features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
         teacher_logits = None
         if teacher is not None:
             _, teacher_logits = predict(teacher, features, with_embeddings=True)[:2]
         log.info("training VM[%s] on %d events up to %s", args.variant, len(events), args.as_of)
         result = train_vm(events, config, seed, args.variant, teacher_logits=teacher_logits, features=features)
-        metadata = {
-            "role": f"vm_{args.variant}", "as_of": args.as_of.isoformat(), "seed": seed,
-            "data_range": [int(events.ts.min()), int(events.ts.max())], "n_events": len(events),
-            "validation": result.validation, "epochs": result.epochs, "best_epoch": result.best_epoch,
-            "train_seconds": result.seconds, "teacher_fm_version": teacher_version,
-        }
+        metadata = training_metadata(f"vm_{args.variant}", args.as_of, seed, events, result,
+                                     teacher_fm_version=teacher_version)
         folder = save_checkpoint(result.model, output, metadata)
         record.rows_in, record.rows_out = len(events), 1
         record.details = {"checkpoint": str(folder), "version": folder.name, **result.validation}

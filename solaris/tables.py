@@ -199,3 +199,13 @@ def register_decoded_view(spark: "SparkSession", path: str) -> "DataFrame":
     )
     spark.sql(statement)
     return spark.table("pair_embeddings_decoded")
+
+
+def training_events(spark: "SparkSession", config: SolarisConfig, as_of: datetime):
+    """Events up to ``as_of`` for a training job, refused when there are none."""
+    from solaris.runtime import JobInputError
+
+    frame = events_until(spark, config, as_of)
+    if frame.empty:
+        raise JobInputError(f"no events with ts <= {as_of.isoformat()} in {config.table_path('events')}")
+    return frame

@@ -180,6 +180,16 @@ class EventArrays:
         return HistoryIndex(self.user_id, self.item_id, self.ts, self.label)
 
 
+def training_metadata(role: str, as_of, seed: int, events: EventArrays, result: TrainResult, **extra) -> dict:
+    """What a checkpoint records about its training (DESIGN.md §5): as-of, data range, metrics."""
+    return {
+        "role": role, "as_of": as_of.isoformat(), "seed": seed,
+        "data_range": [int(events.ts.min()), int(events.ts.max())], "n_events": len(events),
+        "validation": result.validation, "epochs": result.epochs, "best_epoch": result.best_epoch,
+        "train_seconds": result.seconds, **extra,
+    }
+
+
 def fm_spec(config: SolarisConfig) -> FMSpec:
     fm = config.model.fm
     return FMSpec(config.model.embedding_dim, config.model.history_length, fm.id_buckets, fm.d_model, fm.heads,
