@@ -40,7 +40,6 @@ INPUT_COLUMNS = ("user_id", "item_id", "hist_items", "hist_labels", "hist_ts", "
 
 # (path, device) -> (model, version); lives as long as the Python worker.
 _MODEL_CACHE: dict[tuple[str, str], tuple[object, str]] = {}
-LOAD_COUNT = 0
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,6 @@ def task_device() -> str:
 
 def load_cached(path: str, arch: str, embedding_dim: int | None, device: str, load_log_dir: str | None = None):
     """The worker-wide model cache: each (checkpoint, device) is loaded once per Python worker."""
-    global LOAD_COUNT
     key = (path, device)
     if key not in _MODEL_CACHE:
         from solaris.models.checkpoint import load_checkpoint
@@ -85,7 +83,6 @@ def load_cached(path: str, arch: str, embedding_dim: int | None, device: str, lo
         started = time.monotonic()
         model, metadata = load_checkpoint(path, arch, embedding_dim, device=device)
         _MODEL_CACHE[key] = (model, metadata["version"])
-        LOAD_COUNT += 1
         log.warning("pid %d loaded %s %s on %s in %.2fs", os.getpid(), arch, metadata["version"], device,
                     time.monotonic() - started)
         if load_log_dir:
