@@ -32,7 +32,7 @@ def run(spark, config, as_of, run_id: str, optimize: bool = False, vacuum: bool 
     from delta.tables import DeltaTable
 
     from solaris.sql import literal
-    from solaris.tables import RunRecord, table_exists, table_version
+    from solaris.tables import RunRecord, table_exists, table_version, with_commit_retry
 
     record = RunRecord(run_id=run_id, job="expire", as_of=as_of)
     path = config.table_path("pair_embeddings")
@@ -45,9 +45,11 @@ def run(spark, config, as_of, run_id: str, optimize: bool = False, vacuum: bool 
     expired = spark.read.format("delta").load(path).where(f"expires_at <= {cutoff}").count()
     if expired:
         # Partition filter first so fully-expired buckets are dropped without rewriting files.
-        table.delete(f"expiry_bucket <= {cutoff} AND expires_at <= {cutoff}")
+        with_commit_retry(lambda: table.delete(f"expiry_bucket <= {cutoff} AND expires_at <= {cutoff}"),
+                          f"expire {path}")
     if optimize:
-        table.optimize().where(f"expiry_bucket > {cutoff}").executeCompaction()
+        with_commit_retry(lambda: table.optimize().where(f"expiry_bucket > {cutoff}").executeCompaction(),
+                          f"optimize {path}")
     if vacuum:
         table.vacuum()  # default retention: the 7-day guard stays on
     log_path = config.table_path("pair_embeddings_log")
@@ -56,7 +58,8 @@ def run(spark, config, as_of, run_id: str, optimize: bool = False, vacuum: bool 
         horizon = literal(as_of - timedelta(hours=config.enrichment.log_retention_hours))
         trimmed = spark.read.format("delta").load(log_path).where(f"computed_at <= {horizon}").count()
         if trimmed:
-            DeltaTable.forPath(spark, log_path).delete(f"computed_at <= {horizon}")
+            with_commit_retry(lambda: DeltaTable.forPath(spark, log_path).delete(f"computed_at <= {horizon}"),
+                              f"trim {log_path}")
     remaining = spark.read.format("delta").load(path).count()
     record.rows_in, record.rows_out = expired + remaining, remaining
     record.table_versions = {"pair_embeddings": table_version(spark, path)}

@@ -38,7 +38,7 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None) -> dict:
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
     from solaris.runtime import JobInputError
     from solaris.spark_features import user_histories, visible_events
-    from solaris.tables import RunRecord, table_version
+    from solaris.tables import RunRecord, table_version, with_commit_retry
     from solaris.udfs.knn import (
         CANDIDATE_SCHEMA,
         NEIGHBOR_SCHEMA,
@@ -86,7 +86,8 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None) -> dict:
                     F.lit(run_id).alias("run_id"))
         )
         path = config.table_path("user_neighbors")
-        neighbors.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+        with_commit_retry(lambda: neighbors.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+                          .save(path), f"overwrite {path}")
 
         recall = _recall(spark, vectors, path, enrichment, dim, config.seed, n_users)
         record.rows_in, record.rows_out = n_users, spark.read.format("delta").load(path).count()

@@ -69,6 +69,9 @@ def session_conf(config: SolarisConfig, master: str | None = None) -> dict[str, 
         "spark.databricks.delta.snapshotPartitions": str(max(2, config.spark.shuffle_partitions)),
         # Delta's MERGE/optimistic writes are retried by our own code; keep logs readable.
         "spark.sql.adaptive.enabled": "true",
+        # ORDER BY ... LIMIT n (the candidate budget) keeps an n-slot top-k buffer in one task up to
+        # this n; above it Spark sorts globally instead, so a large budget cannot OOM an executor.
+        "spark.sql.execution.topKSortFallbackThreshold": "500000",
     }
     return conf
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import random
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Sequence
@@ -21,6 +23,43 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 QUARANTINE_COLUMNS = ("source_table", "run_id", "reason", "payload", "seen_at", "run_date")
+
+
+COMMIT_ATTEMPTS = 6
+
+
+def _is_commit_conflict(error: BaseException) -> bool:
+    """True for Delta's optimistic-concurrency failures (another writer committed first)."""
+    try:
+        from delta.exceptions.base import DeltaConcurrentModificationException, ProtocolChangedException
+        from delta.exceptions.base import ConcurrentWriteException, MetadataChangedException
+    except ImportError:  # pragma: no cover
+        return False
+    if isinstance(error, (DeltaConcurrentModificationException, ProtocolChangedException, ConcurrentWriteException,
+                          MetadataChangedException)):
+        return True
+    # Creating the same table from two sessions at once surfaces as a plain "already exists" error.
+    return "DELTA_PROTOCOL_CHANGED" in str(error) or "DELTA_CONCURRENT" in str(error)
+
+
+def with_commit_retry(write, what: str, attempts: int = COMMIT_ATTEMPTS):
+    """Run ``write()`` and redo it when a concurrent writer won the Delta commit race.
+
+    Why this is safe: every write of the pipeline is idempotent for its run (MERGE keyed on the
+    table key, ``replaceWhere`` on its own run), so redoing it against the new table state gives
+    the same result as if it had run after the other writer - no lost update, no duplicate.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return write()
+        except Exception as error:  # noqa: BLE001 - filtered just below
+            if attempt == attempts or not _is_commit_conflict(error):
+                raise
+            pause = min(30.0, 0.5 * 2 ** (attempt - 1)) * (0.5 + random.random())
+            log.warning("%s: concurrent Delta commit (%s), retry %d/%d in %.1fs", what,
+                        type(error).__name__, attempt, attempts - 1, pause)
+            time.sleep(pause)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def table_exists(spark: "SparkSession", path: str) -> bool:
@@ -57,33 +96,44 @@ def merge_into(
     from delta.tables import DeltaTable
 
     spark = df.sparkSession
-    _ensure_table(df, path, partition_by)
     condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-    (
-        DeltaTable.forPath(spark, path)
-        .alias("t")
-        .merge(df.alias("s"), condition)
-        .whenMatchedUpdateAll()
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+
+    def write() -> None:
+        _ensure_table(df, path, partition_by)
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(df.alias("s"), condition)
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+    with_commit_retry(write, f"MERGE into {path}")
 
 
 def merge_if_new_run(df: "DataFrame", path: str, keys: Sequence[str], partition_by: Sequence[str] = ()) -> None:
-    """Upsert on ``keys`` where a newer run replaces a row (refreshing its TTL) but a row written by
-    the same ``run_id`` is left untouched, so rerunning a run is a no-op even if floats wobble."""
+    """Upsert on ``keys``: a row from a later ``computed_at`` replaces the stored one (refreshing its
+    TTL); a row written by the same ``run_id`` is left untouched, so rerunning a run is a no-op even
+    if floats wobble; and a late, older run (a backfill, or the slower of two concurrent runs)
+    never overwrites what a newer run wrote - the final table does not depend on commit order."""
     from delta.tables import DeltaTable
 
     spark = df.sparkSession
-    _ensure_table(df, path, partition_by)
     condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-    (
-        DeltaTable.forPath(spark, path).alias("t")
-        .merge(df.alias("s"), condition)
-        .whenMatchedUpdateAll(condition="t.run_id <> s.run_id")
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+
+    def write() -> None:
+        _ensure_table(df, path, partition_by)
+        (
+            DeltaTable.forPath(spark, path).alias("t")
+            .merge(df.alias("s"), condition)
+            .whenMatchedUpdateAll(condition="s.computed_at > t.computed_at OR "
+                                            "(s.computed_at = t.computed_at AND s.run_id <> t.run_id)")
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+    with_commit_retry(write, f"MERGE into {path}")
 
 
 def replace_where(df: "DataFrame", path: str, predicate: str, partition_by: Sequence[str] = ()) -> None:
@@ -92,10 +142,14 @@ def replace_where(df: "DataFrame", path: str, predicate: str, partition_by: Sequ
     writer = df.write.format("delta")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    if table_exists(spark, path):
-        writer.mode("overwrite").option("replaceWhere", predicate).save(path)
-    else:
-        writer.mode("append").save(path)
+
+    def write() -> None:
+        if table_exists(spark, path):
+            writer.mode("overwrite").option("replaceWhere", predicate).save(path)
+        else:  # first writer creates the table; a concurrent creator makes this retry as a replaceWhere
+            writer.mode("append").save(path)
+
+    with_commit_retry(write, f"replaceWhere {predicate!r} in {path}")
 
 
 def write_quarantine(spark: "SparkSession", config: SolarisConfig, rejected: "DataFrame", source_table: str, run_id: str) -> None:

@@ -1,0 +1,116 @@
+"""Shared world for the reliability tests: a small synthetic warehouse with trained FM + verifier.
+
+It is built once per session; every test works on its own copy (``fresh_world``), so a test that
+kills a job or poisons a table cannot affect another. Subprocess helpers run the real ``solaris``
+command, the same code spark-submit and Airflow run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from solaris.config import load_config
+from tests.conftest import TEST_OVERRIDES, table_checksum
+
+T0 = datetime(2026, 1, 8, 0, 0, tzinfo=timezone.utc)
+SMALL = [
+    "synthetic.n_events=8000", "synthetic.n_users=120", "synthetic.n_items=150", "synthetic.chunks=2",
+    "synthetic.days=10", "model.embedding_dim=16", "model.history_length=8", "model.fm.id_buckets=1024",
+    "model.fm.d_model=16", "model.fm.tower=[32]", "model.training.max_epochs=1", "model.training.batch_size=512",
+    "precompute.candidates.lookback_hours=48", "precompute.candidates.per_user=20",
+    "precompute.verifier.threshold=0.3", "precompute.verifier.budget=null", "precompute.ttl_hours=3",
+    "precompute.model_batch_size=64", "spark.arrow_max_records_per_batch=200",
+    "enrichment.knn_k=5", "enrichment.min_neighbors=1", "enrichment.knn_recall_sample=50",
+]
+# Every table a job of the hourly cycle writes (``runs`` is the audit log: checked separately).
+CYCLE_TABLES = ("candidates", "pair_embeddings", "pair_embeddings_log", "quarantine", "user_embeddings",
+                "user_neighbors", "imputed_embeddings")
+
+
+def world_config(warehouse: Path, *extra: str):
+    return load_config(overrides=[*TEST_OVERRIDES, f"warehouse={warehouse}", *SMALL, *extra])
+
+
+@pytest.fixture(scope="session")
+def world_template(spark, tmp_path_factory) -> Path:
+    """Events (synthetic) + FM + verifier trained on events up to T0, in a template warehouse."""
+    from solaris.jobs.ingest import ingest
+    from solaris.models.checkpoint import save_checkpoint
+    from solaris.models.training import EventArrays, train_fm, train_vm
+    from solaris.sources import resolve_source
+
+    warehouse = tmp_path_factory.mktemp("reliability") / "template"
+    config = world_config(warehouse)
+    ingest(spark, config, resolve_source("synthetic"), None, "ingest-syn")
+    frame = (spark.read.format("delta").load(config.table_path("events"))
+             .selectExpr("user_id", "item_id", "unix_seconds(ts) AS ts", "label").toPandas())
+    events = EventArrays.from_frame(frame)
+    train = events.select(events.ts <= int(T0.timestamp()))
+    save_checkpoint(train_fm(train, config, 1).model, warehouse / "models" / "fm", {"as_of": T0.isoformat()})
+    save_checkpoint(train_vm(train, config, 1).model, warehouse / "models" / "vm_baseline", {"as_of": T0.isoformat()})
+    return warehouse
+
+
+@pytest.fixture
+def fresh_world(world_template, tmp_path):
+    """A private copy of the template warehouse; returns a factory of copies (name -> config)."""
+
+    def copy(name: str = "warehouse", *extra: str):
+        target = tmp_path / name
+        shutil.copytree(world_template, target)
+        return world_config(target, *extra)
+
+    return copy
+
+
+def checksums(spark, config, names=CYCLE_TABLES) -> dict:
+    from solaris.tables import table_exists
+
+    return {name: table_checksum(spark, config.table_path(name)) if table_exists(spark, config.table_path(name)) else None
+            for name in names}
+
+
+def run_cycle(spark, config, as_of, stages=None) -> dict:
+    """The hourly cycle in-process, stage by stage, as the DAGs chain them."""
+    from solaris.jobs import candidates, expire, impute, knn, publish, score, user_aggregates
+    from solaris.speculation import default_run_id
+
+    precompute_id, enrichment_id = default_run_id("precompute", as_of), default_run_id("enrichment", as_of)
+    plan = {
+        "candidates": lambda: candidates.run(spark, config, as_of, precompute_id),
+        "score": lambda: score.run(spark, config, as_of, precompute_id),
+        "expire": lambda: expire.run(spark, config, as_of, precompute_id, vacuum=False),
+        "user_aggregates": lambda: user_aggregates.run(spark, config, as_of, enrichment_id),
+        "knn": lambda: knn.run(spark, config, as_of, enrichment_id),
+        "impute": lambda: impute.run(spark, config, as_of, enrichment_id),
+        "publish": lambda: publish.run(spark, config, as_of, enrichment_id),
+    }
+    return {name: plan[name]() for name in (stages or plan)}
+
+
+def solaris_command(config, *args: str) -> list[str]:
+    """argv of the real ``solaris`` CLI for this warehouse (one JVM per process, like spark-submit)."""
+    overrides = [item for pair in (("--set", o) for o in [*TEST_OVERRIDES, *SMALL]) for item in pair]
+    return [sys.executable, "-m", "solaris.cli", *args, "--warehouse", str(config.warehouse), *overrides]
+
+
+def subprocess_env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    return env
+
+
+def run_solaris(config, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(solaris_command(config, *args), capture_output=True, text=True, timeout=timeout,
+                          env=subprocess_env())
+
+
+def hours(n: float) -> timedelta:
+    return timedelta(hours=n)
