@@ -20,7 +20,8 @@ import numpy as np
 
 from solaris import metrics
 from solaris.config import load_config
-from solaris.models.training import EventArrays, predict, train_fm, train_vm
+from solaris.features import training_features
+from solaris.models.training import EventArrays, out_of_fold_teacher_logits, predict, train_fm, train_vm
 from solaris.runtime import as_of_arg, setup_logging
 
 log = logging.getLogger("bench.model_quality")
@@ -34,6 +35,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--json", help="write the per-seed results here")
+    parser.add_argument("--teacher", choices=["cross-fit", "in-sample"], default="cross-fit",
+                        help="soft labels from FMs that did not train on the example (default), or the FM's own")
+    parser.add_argument("--folds", type=int, default=2, help="time folds for --teacher cross-fit")
     args = parser.parse_args()
     setup_logging()
     config = load_config(overrides=[f"warehouse={args.warehouse}", *args.overrides])
@@ -56,13 +60,14 @@ def main() -> None:
 
     runs = []
     for seed in range(config.seed, config.seed + args.seeds):
-        started = time.monotonic()
-        fm = train_fm(train, config, seed)
-        fm_seconds = time.monotonic() - started
-        from solaris.features import training_features
-
         train_features = training_features(train.user_id, train.item_id, train.ts, train.label, config.model.history_length)
-        _, teacher_logits, _ = predict(fm.model, train_features, with_embeddings=True)
+        started = time.monotonic()
+        fm = train_fm(train, config, seed, features=train_features)
+        fm_seconds = time.monotonic() - started
+        if args.teacher == "cross-fit":
+            teacher_logits = out_of_fold_teacher_logits(train, config, seed, train_features, args.folds)
+        else:
+            _, teacher_logits, _ = predict(fm.model, train_features, with_embeddings=True)
         baseline = train_vm(train, config, seed, "baseline", features=train_features)
         distilled = train_vm(train, config, seed, "distilled", teacher_logits=teacher_logits, features=train_features)
         result = {"seed": seed, "fm_train_seconds": fm_seconds, "fm_epochs": fm.best_epoch}
@@ -74,7 +79,8 @@ def main() -> None:
         runs.append(result)
         log.info("seed %d: %s", seed, json.dumps({k: (v["ne"] if isinstance(v, dict) else v) for k, v in result.items()}))
 
-    print(f"\nMovieLens time split: train ts <= {args.as_of:%Y-%m-%d %H:%M}Z ({len(train)} events), "
+    print(f"\nteacher soft labels: {args.teacher}" + (f" ({args.folds} time folds)" if args.teacher == "cross-fit" else ""))
+    print(f"MovieLens time split: train ts <= {args.as_of:%Y-%m-%d %H:%M}Z ({len(train)} events), "
           f"test {test_rows.size} events in the next {args.eval_days:g} days, {args.seeds} seeds")
     print(f"{'model':<14}{'NE':>18}{'AUC':>18}{'calibration':>18}")
     for name in ("fm", "vm_baseline", "vm_distilled"):

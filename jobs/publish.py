@@ -63,6 +63,7 @@ def run(spark, config, as_of, run_id: str) -> dict:
     dim = config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="publish", as_of=as_of)
     tables, counts, bad, users_by_tier = {}, {}, {}, {}
+    log.info("publish %s: checking servable rows of %s at their current Delta versions", run_id, ", ".join(EMBEDDING_TABLES))
     for name in EMBEDDING_TABLES:
         path = config.table_path(name)
         if not table_exists(spark, path):

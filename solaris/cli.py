@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "knn": ("solaris.jobs.knn", "FAISS k-means + per-cluster KNN over FM user representations"),
     "impute": ("solaris.jobs.impute", "tier 3: impute users without an aggregate from their neighbours"),
     "publish": ("solaris.jobs.publish", "quality gate, then an atomic snapshot manifest for the resolver"),
+    "rollback": ("solaris.jobs.rollback", "list snapshots, or point serving's LATEST at an earlier one"),
     "replay": ("solaris.jobs.replay", "replay the hourly precompute over a time range (backfills, demo)"),
 }
 

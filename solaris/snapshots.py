@@ -70,3 +70,20 @@ def read_manifest(path: Path) -> dict[str, Any]:
         return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"cannot read snapshot manifest {path}: {error}") from None
+
+
+def list_manifests(directory: Path) -> list[Path]:
+    """Published manifests, oldest first (ids embed the as-of, so name order is time order)."""
+    return sorted(Path(directory).glob("snapshot-*.json"))
+
+
+def point_latest(directory: Path, snapshot_id: str) -> Path:
+    """Make ``LATEST`` name an existing manifest (rollback / roll forward); atomic like publish."""
+    directory = Path(directory)
+    kept = {p.stem: p for p in list_manifests(directory)}
+    path = kept.get(snapshot_id.removesuffix(".json"))  # only a kept manifest: no path tricks like ../
+    if path is None:
+        raise RefusedError(f"no manifest {snapshot_id!r} in {directory} (kept: {', '.join(kept) or 'none'})")
+    read_manifest(path)  # refuse a manifest that does not parse
+    _atomic_write(directory / LATEST, path.name + "\n")
+    return path

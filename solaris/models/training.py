@@ -201,10 +201,39 @@ def vm_spec(config: SolarisConfig, with_fm_embedding: bool = False) -> VMSpec:
     return VMSpec(vm.id_buckets, vm.id_dim, tuple(vm.hidden), config.model.embedding_dim if with_fm_embedding else 0)
 
 
-def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device="cpu") -> TrainResult:
-    features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
+def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device="cpu", features: Features | None = None,
+             rows: np.ndarray | None = None) -> TrainResult:
+    """Train the FM on ``events`` (or on the subset ``rows`` of them, keeping full point-in-time
+    histories: ``features`` are computed over all ``events``)."""
+    if features is None:
+        features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
+    labels, ts = events.label, events.ts
+    if rows is not None:
+        features, labels, ts = features.take(rows), labels[rows], ts[rows]
     model = FoundationModel(fm_spec(config))
-    return fit(model, features, events.label, events.ts, config.model.training, seed, name="FM", device=device)
+    return fit(model, features, labels, ts, config.model.training, seed, name="FM", device=device)
+
+
+def out_of_fold_teacher_logits(events: EventArrays, config: SolarisConfig, seed: int, features: Features,
+                               folds: int = 2, device="cpu") -> np.ndarray:
+    """FM logits for every training example, each from an FM that never trained on it.
+
+    Why: an FM's logits on its own training examples are partly memorised labels (on ML-1M the FM
+    reaches NE 0.777 in-sample vs 0.816 held out), so distilling them mostly re-teaches the hard
+    labels. Cross-fitting over contiguous time folds gives soft labels of the quality the FM has on
+    traffic it has not seen - what a production teacher logs at serving time. Costs ``folds``
+    extra FM trainings on ``(folds-1)/folds`` of the data each.
+    """
+    if folds < 2:
+        raise ValueError("cross-fitting needs at least 2 folds")
+    edges = np.quantile(events.ts, np.linspace(0, 1, folds + 1)[1:-1])
+    fold = np.searchsorted(edges, events.ts, side="right")
+    logits = np.empty(len(events), dtype=np.float32)
+    for k in range(folds):
+        held = np.flatnonzero(fold == k)
+        teacher = train_fm(events, config, seed + 1000 * (k + 1), device, features, np.flatnonzero(fold != k))
+        _, logits[held], _ = predict(teacher.model, features.take(held), device=device, with_embeddings=True)
+    return logits
 
 
 def train_vm(

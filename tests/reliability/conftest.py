@@ -30,6 +30,7 @@ SMALL = [
     "enrichment.knn_k=5", "enrichment.min_neighbors=1", "enrichment.knn_recall_sample=50",
 ]
 # Every table a job of the hourly cycle writes (``runs`` is the audit log: checked separately).
+STAGES = ("candidates", "score", "expire", "user_aggregates", "knn", "impute", "publish")
 CYCLE_TABLES = ("candidates", "pair_embeddings", "pair_embeddings_log", "quarantine", "user_embeddings",
                 "user_neighbors", "imputed_embeddings")
 
@@ -58,13 +59,38 @@ def world_template(spark, tmp_path_factory) -> Path:
     return warehouse
 
 
-@pytest.fixture
-def fresh_world(world_template, tmp_path):
-    """A private copy of the template warehouse; returns a factory of copies (name -> config)."""
+@pytest.fixture(scope="session")
+def served_template(spark, world_template) -> Path:
+    """The world after one complete hourly cycle at T0: a snapshot is being served."""
+    warehouse = world_template.parent / "served"
+    shutil.copytree(world_template, warehouse)
+    run_cycle(spark, world_config(warehouse), T0)
+    return warehouse
 
-    def copy(name: str = "warehouse", *extra: str):
+
+@pytest.fixture(scope="session")
+def pending_template(spark, served_template) -> Path:
+    """The served world with the T0+1h cycle done up to (not including) publish."""
+    warehouse = served_template.parent / "pending"
+    shutil.copytree(served_template, warehouse)
+    run_cycle(spark, world_config(warehouse), T0 + timedelta(hours=1), stages=STAGES[:-1])
+    return warehouse
+
+
+@pytest.fixture
+def fresh_world(world_template, served_template, pending_template, tmp_path):
+    """Factory of private copies of a template warehouse, so no test can disturb another.
+
+    ``source``: "world" (events + models), "served" (+ cycle at T0, published) or "pending"
+    (+ cycle at T0+1h up to publish).
+    """
+    sources = {"world": world_template, "served": served_template, "pending": pending_template}
+
+    def copy(name: str = "warehouse", *extra: str, source: str = "world"):
         target = tmp_path / name
-        shutil.copytree(world_template, target)
+        shutil.copytree(sources[source], target)
+        for manifest in (target / "snapshots").glob("*.json"):  # manifests name absolute table paths
+            manifest.write_text(manifest.read_text().replace(str(sources[source]), str(target)))
         return world_config(target, *extra)
 
     return copy
@@ -92,7 +118,7 @@ def run_cycle(spark, config, as_of, stages=None) -> dict:
         "impute": lambda: impute.run(spark, config, as_of, enrichment_id),
         "publish": lambda: publish.run(spark, config, as_of, enrichment_id),
     }
-    return {name: plan[name]() for name in (stages or plan)}
+    return {name: plan[name]() for name in (stages or STAGES)}
 
 
 def solaris_command(config, *args: str) -> list[str]:
@@ -101,15 +127,22 @@ def solaris_command(config, *args: str) -> list[str]:
     return [sys.executable, "-m", "solaris.cli", *args, "--warehouse", str(config.warehouse), *overrides]
 
 
+# A credential-shaped canary in every job's environment: no job log may ever contain it.
+SECRET_CANARY = "canary-8d1f-credential-must-never-be-logged"
+
+
 def subprocess_env() -> dict:
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env["AWS_SECRET_ACCESS_KEY"] = env["SOLARIS_TEST_DB_PASSWORD"] = SECRET_CANARY
     return env
 
 
 def run_solaris(config, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(solaris_command(config, *args), capture_output=True, text=True, timeout=timeout,
+    done = subprocess.run(solaris_command(config, *args), capture_output=True, text=True, timeout=timeout,
                           env=subprocess_env())
+    assert SECRET_CANARY not in done.stdout + done.stderr, f"solaris {args[0]} logged a secret from its environment"
+    return done
 
 
 def hours(n: float) -> timedelta:

@@ -92,3 +92,37 @@ def test_device_choice_falls_back_to_cpu():
     device = pick_device()
     assert device.type == ("cuda" if torch.cuda.is_available() else "cpu")
     assert pick_device(prefer_gpu=False).type == "cpu"
+
+
+def test_out_of_fold_teacher_logits_never_come_from_an_fm_trained_on_the_example(monkeypatch):
+    import pandas as pd
+
+    from solaris.config import load_config
+    from solaris.models import training
+
+    rng = np.random.default_rng(3)
+    n = 600
+    frame = pd.DataFrame({"user_id": rng.integers(1, 30, n), "item_id": rng.integers(1, 40, n),
+                          "ts": np.sort(rng.integers(0, 100_000, n)), "label": rng.integers(0, 2, n).astype(float)})
+    events = training.EventArrays.from_frame(frame)
+    config = load_config(overrides=["model.embedding_dim=8", "model.history_length=4", "model.fm.id_buckets=64",
+                                    "model.fm.d_model=8", "model.fm.tower=[16]", "model.training.max_epochs=1",
+                                    "model.training.batch_size=128"])
+    features = training.training_features(events.user_id, events.item_id, events.ts, events.label, 4)
+    trained_on, real_train_fm = [], training.train_fm
+
+    def spy(events_, config_, seed, device="cpu", features=None, rows=None):
+        trained_on.append(np.asarray(rows))
+        return real_train_fm(events_, config_, seed, device, features, rows)
+
+    monkeypatch.setattr(training, "train_fm", spy)
+    logits = training.out_of_fold_teacher_logits(events, config, 7, features, folds=3)
+    assert logits.shape == (n,) and np.isfinite(logits).all()
+    assert len(trained_on) == 3
+    held_out = [np.setdiff1d(np.arange(n), rows) for rows in trained_on]
+    assert sorted(np.concatenate(held_out).tolist()) == list(range(n))  # every example predicted exactly once
+    for rows, held in zip(trained_on, held_out):
+        assert np.intersect1d(rows, held).size == 0
+        assert held.max() - held.min() + 1 == held.size  # events are time-sorted: a fold is one time interval
+    with pytest.raises(ValueError, match="at least 2 folds"):
+        training.out_of_fold_teacher_logits(events, config, 7, features, folds=1)

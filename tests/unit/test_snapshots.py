@@ -25,3 +25,22 @@ def test_manifest_write_is_atomic_and_keeps_the_last_n(tmp_path):
     assert read_manifest(latest_manifest_path(tmp_path))["snapshot_id"] == "snapshot-20260104"
     assert not list(tmp_path.glob(".*tmp*"))  # no temporary files left behind
     assert json.loads((tmp_path / "snapshot-20260104.json").read_text())["tables"] == {}
+
+
+def test_rollback_repoints_latest_only_to_a_readable_manifest(tmp_path):
+    import pytest
+
+    from solaris.errors import RefusedError
+    from solaris.snapshots import list_manifests, point_latest
+
+    for hour in range(3):
+        write_manifest(tmp_path, {"snapshot_id": f"snapshot-2026010{hour}", "tables": {}}, keep=5)
+    assert [p.stem for p in list_manifests(tmp_path)] == ["snapshot-20260100", "snapshot-20260101", "snapshot-20260102"]
+    assert point_latest(tmp_path, "snapshot-20260101").name == "snapshot-20260101.json"
+    assert latest_manifest_path(tmp_path).name == "snapshot-20260101.json"
+    with pytest.raises(RefusedError, match="no manifest .snapshot-1999. .*kept: snapshot-20260100"):
+        point_latest(tmp_path, "snapshot-1999")
+    (tmp_path / "snapshot-20260100.json").write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read snapshot manifest"):
+        point_latest(tmp_path, "snapshot-20260100")
+    assert latest_manifest_path(tmp_path).name == "snapshot-20260101.json"  # unchanged by the refusals

@@ -1,0 +1,60 @@
+"""Roll serving back (or forward) to another published snapshot by repointing ``LATEST``.
+
+Serving reads ``warehouse/snapshots/LATEST``; every manifest pins the Delta versions it serves, so
+pointing ``LATEST`` at an older manifest serves exactly what was served then (as long as VACUUM
+has not removed those versions' files: manifests are kept ``enrichment.snapshots_kept`` hours,
+far below Delta's 7-day retention). Before switching, every tier of the target is loaded the way
+the resolver loads it, so a rollback to an unreadable snapshot is refused. Without ``--to`` it
+lists the manifests. The next successful ``publish`` moves ``LATEST`` forward again; pause the
+``solaris_enrichment`` DAG first if the rollback must stick.
+
+    solaris rollback                                   # list snapshots, LATEST marked
+    solaris rollback --to snapshot-20001201T020000Z
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from solaris.errors import RefusedError
+from solaris.runtime import add_common_args, config_from_args, run_job, setup_logging
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="solaris rollback", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--to", metavar="SNAPSHOT_ID", help="manifest to serve (default: only list them)")
+    add_common_args(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+
+    def body() -> None:
+        from solaris.serving.resolver import load_snapshot
+        from solaris.snapshots import SNAPSHOTS_DIR, latest_manifest_path, list_manifests, point_latest
+
+        config = config_from_args(args)
+        directory = config.warehouse / SNAPSHOTS_DIR
+        if args.to:
+            target = {p.stem: p for p in list_manifests(directory)}.get(args.to.removesuffix(".json"))
+            if target is not None:
+                try:
+                    load_snapshot(target)  # every pinned tier still readable
+                except Exception as error:  # noqa: BLE001 - any unreadable tier refuses the switch
+                    raise RefusedError(f"{target.name} cannot be served, LATEST unchanged: {error}") from None
+            path = point_latest(directory, args.to)
+            print(f"LATEST -> {path.name}")
+            return
+        latest = latest_manifest_path(directory)
+        for path in list_manifests(directory):
+            print(("* " if latest and path.name == latest.name else "  ") + path.stem)
+
+    return run_job("rollback", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Bad input through the real entry points: quarantine with a reason, or a clear refusal before
+anything is written - never a partial table, never a NaN embedding.
+
+Row-level cases (null/negative/unparseable ids, future timestamps, duplicates, out-of-range
+ratings) land in ``quarantine``; file-level cases (schema drift, empty input) and model/config
+cases (corrupt or foreign checkpoint, wrong embedding dimension) are refused with exit code 2 and
+a message naming the problem, and every table keeps its Delta version.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from solaris.embedding_codec import decode
+from solaris.jobs.ingest import ingest
+from solaris.sources import resolve_source
+from solaris.tables import table_version
+from tests.reliability.conftest import T0, hours, run_cycle, run_solaris, world_config
+
+TABLES = ("events", "quarantine", "candidates", "pair_embeddings", "pair_embeddings_log", "runs")
+
+
+def _versions(spark, config) -> dict:
+    return {name: table_version(spark, config.table_path(name)) for name in TABLES}
+
+
+def test_bad_rows_are_quarantined_next_to_good_rows(spark, fresh_world, tmp_path):
+    config = fresh_world()
+    events_before = spark.read.format("delta").load(config.table_path("events")).count()
+    rows = [
+        ("7", "3", "1767225600", "4"),               # good (2026-01-01)
+        ("7", "3", "1767225600", "4"),               # exact duplicate of the good row
+        ("", "3", "1767225600", "4"),                 # null user
+        ("-5", "3", "1767225600", "4"),               # negative user
+        ("8", "abc", "1767225600", "4"),              # unknown/unparseable item id
+        ("8", "4", "1893456000", "4"),                # 2030: after as-of
+        ("8", "5", "1767225600", "11"),               # rating out of range
+        ("8", "6", "not-a-time", "4"),                # unparseable timestamp
+    ]
+    path = tmp_path / "mixed.csv"
+    pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp", "rating"]).to_csv(path, index=False)
+    result = ingest(spark, config, resolve_source(str(path), id_mode="int"), T0, "ingest-mixed")
+    assert (result.rows_valid, result.rows_quarantined) == (1, 7)
+    quarantine = spark.read.format("delta").load(config.table_path("quarantine")).where("run_id = 'ingest-mixed'")
+    assert Counter(r["reason"] for r in quarantine.collect()) == Counter([
+        "duplicate event", "missing user_id", "negative user_id", "unparseable item_id", "timestamp after as-of",
+        "rating out of range", "unparseable timestamp"])
+    assert all(json.loads(r["payload"]) for r in quarantine.collect())
+    assert spark.read.format("delta").load(config.table_path("events")).count() == events_before + 1
+
+
+@pytest.mark.parametrize("case", ["missing column", "wrong type", "extra column", "empty", "header only"])
+def test_schema_drift_and_empty_inputs(spark, fresh_world, tmp_path, case):
+    config = fresh_world()
+    before = _versions(spark, config)
+    good = pd.DataFrame({"user_id": [7, 8], "item_id": [3, 4], "timestamp": [1767225600, 1767225700], "rating": [4.0, 2.0]})
+    path = tmp_path / "input.parquet"
+    if case == "missing column":
+        good.drop(columns=["timestamp"]).to_parquet(path)
+    elif case == "wrong type":  # timestamps arrive as free text
+        good.assign(timestamp=["monday", "tuesday"]).to_parquet(path)
+    elif case == "extra column":
+        good.assign(comment=["x", "y"]).to_parquet(path)
+    elif case == "empty":
+        path = tmp_path / "input.csv"
+        path.write_text("")
+    else:
+        path = tmp_path / "input.csv"
+        path.write_text("user_id,item_id,timestamp,rating\n")
+    done = run_solaris(config, "ingest", "--input", str(path), "--run-id", "ingest-drift")
+    if case == "extra column":  # unknown columns are ignored, the rows are fine
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert _versions(spark, config)["events"] == before["events"] + 1
+        return
+    assert done.returncode == 2, done.stderr[-2000:]
+    expected = {"missing column": "missing column", "wrong type": "no valid rows", "empty": "empty",
+                "header only": "is empty"}[case]
+    assert expected in done.stderr.lower(), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert _versions(spark, config) == before
+
+
+@pytest.mark.parametrize("damage", ["truncated weights", "random bytes", "foreign model", "wrong dimension"])
+def test_bad_checkpoint_or_config_is_refused_before_any_write(spark, fresh_world, damage):
+    from solaris.errors import RefusedError
+    from solaris.jobs import score as score_job
+
+    config = fresh_world()
+    as_of = T0 + hours(1)
+    run_cycle(spark, config, as_of, stages=["candidates"])
+    fm = config.warehouse / "models" / "fm"
+    folder = fm / (fm / "LATEST").read_text().strip()
+    kwargs = {}
+    if damage == "truncated weights":
+        weights = folder / "weights.pt"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif damage == "random bytes":
+        (folder / "weights.pt").write_bytes(np.random.default_rng(0).bytes(4096))
+    elif damage == "foreign model":
+        kwargs["fm_path"] = "models/vm_baseline"
+    else:  # the config says 32 dimensions, the FM was trained with 16
+        config = world_config(config.warehouse, "model.embedding_dim=32")
+    before = _versions(spark, config)
+    message = {"truncated weights": "weights.pt", "random bytes": "weights.pt", "foreign model": "fm",
+               "wrong dimension": "32"}[damage]
+    with pytest.raises(RefusedError, match=message):
+        score_job.run(spark, config, as_of, "precompute-20260108T010000Z", **kwargs)
+    assert _versions(spark, config) == before
+
+
+def test_every_written_embedding_is_finite(spark, fresh_world):
+    config = fresh_world(source="served")  # after a full hourly cycle
+    for name in ("pair_embeddings", "user_embeddings", "imputed_embeddings"):
+        frame = spark.read.format("delta").load(config.table_path(name)).select("embedding").toPandas()
+        vectors = decode(frame["embedding"].tolist(), config.model.embedding_dim)
+        assert len(vectors) and np.isfinite(vectors).all(), name

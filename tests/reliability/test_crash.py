@@ -1,0 +1,128 @@
+"""Crash safety: SIGKILL the real job process (driver + its JVM + Python workers) mid-stage.
+
+Afterwards every reader - Spark, ``deltalake`` (no JVM) and the resolver - must see the last
+complete state, and a rerun must finish with exactly the result of an uninterrupted run (checked
+against a copy of the same warehouse where the job ran without interruption).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+from deltalake import DeltaTable
+
+from solaris.serving.resolver import load_snapshot
+from solaris.snapshots import latest_manifest_path
+from tests.reliability.conftest import T0, checksums, hours, run_cycle, run_solaris, solaris_command, subprocess_env
+
+
+def _data_files(table: Path) -> set[str]:
+    return {str(p.relative_to(table)) for p in table.rglob("*.parquet")} if table.exists() else set()
+
+
+def _commits(table: Path) -> int:
+    return len(list((table / "_delta_log").glob("*.json")))
+
+
+def _start(config, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(solaris_command(config, *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=subprocess_env(), start_new_session=True)  # own process group: driver + JVM + workers
+
+
+def _kill_when(process: subprocess.Popen, ready, timeout: float = 300) -> float:
+    """SIGKILL the whole process group as soon as ``ready()`` holds; returns when it was killed."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert process.poll() is None, f"job ended (rc {process.returncode}) before the kill point:\n{process.stdout.read()}"
+        assert time.monotonic() < deadline, "kill point never reached"
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    return time.monotonic()
+
+
+def _resolve(manifest_path, as_of):
+    tables = load_snapshot(manifest_path)
+    users = np.arange(1, 121, dtype=np.int64)
+    return tables.resolve(users, np.full(len(users), 7, dtype=np.int64), np.full(len(users), (as_of + hours(0.5)).timestamp()))
+
+
+def test_sigkill_during_the_pair_embeddings_write_then_rerun(spark, fresh_world):
+    config = fresh_world("crashed", source="served")  # a complete hour T0 already serving
+    reference = fresh_world("uninterrupted", source="served")  # same state, job left to finish
+    as_of = (T0 + hours(1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for warehouse in (config, reference):
+        run_cycle(spark, warehouse, T0 + hours(1), stages=["candidates"])
+
+    table = Path(config.table_path("pair_embeddings"))
+    committed_before, files_before = _commits(table), _data_files(table)
+    before = checksums(spark, config, ["pair_embeddings", "pair_embeddings_log"])
+    manifest = latest_manifest_path(config.warehouse / "snapshots")
+    served_before = _resolve(manifest, T0 + hours(1))
+
+    job = _start(config, "score", "--as-of", as_of)
+    _kill_when(job, lambda: bool(_data_files(table) - files_before))  # MERGE is writing its files
+
+    # The MERGE had not committed: its files are orphans that no reader lists.
+    assert _commits(table) == committed_before
+    assert checksums(spark, config, ["pair_embeddings", "pair_embeddings_log"]) == before
+    delta = DeltaTable(str(table))
+    assert delta.version() == committed_before - 1
+    assert delta.to_pyarrow_table().num_rows == before["pair_embeddings"][0]
+    assert latest_manifest_path(config.warehouse / "snapshots") == manifest
+    for got, expected in zip(_resolve(manifest, T0 + hours(1)), served_before):
+        np.testing.assert_array_equal(got, expected)
+
+    rerun = run_solaris(config, "score", "--as-of", as_of)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    clean = run_solaris(reference, "score", "--as-of", as_of)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    names = ["pair_embeddings", "pair_embeddings_log", "candidates", "quarantine"]
+    assert checksums(spark, config, names) == checksums(spark, reference, names)
+    assert checksums(spark, config, ["pair_embeddings"]) != before
+
+
+def _manifest_content(path: Path) -> dict:
+    manifest = json.loads(path.read_text())
+    for spec in manifest["tables"].values():
+        spec["path"] = Path(spec["path"]).name
+    return manifest
+
+
+def test_sigkill_during_publish_keeps_the_previous_snapshot_then_rerun(spark, fresh_world):
+    config = fresh_world("crashed", source="pending")  # T0 served; T0+1h done up to publish
+    reference = fresh_world("uninterrupted", source="pending")
+    t1 = T0 + hours(1)
+    snapshots = config.warehouse / "snapshots"
+    previous = latest_manifest_path(snapshots)
+    previous_text = previous.read_text()
+    as_of = t1.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    job = _start(config, "publish", "--as-of", as_of)
+    lines = []
+
+    def checking() -> bool:  # the quality gate's Spark jobs are running
+        line = job.stdout.readline()
+        lines.append(line)
+        return "checking servable rows" in line
+
+    _kill_when(job, checking)
+    assert latest_manifest_path(snapshots) == previous and previous.read_text() == previous_text
+    assert sorted(p.name for p in snapshots.glob("*.json")) == [previous.name]
+    users, tiers, _ = _resolve(previous, t1)
+    assert (tiers > 0).any()
+
+    rerun = run_solaris(config, "publish", "--as-of", as_of)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert run_solaris(reference, "publish", "--as-of", as_of).returncode == 0
+    published = latest_manifest_path(snapshots)
+    assert published != previous and published.name == latest_manifest_path(reference.warehouse / "snapshots").name
+    assert _manifest_content(published) == _manifest_content(latest_manifest_path(reference.warehouse / "snapshots"))
+    assert not list(snapshots.glob(".*tmp*"))
