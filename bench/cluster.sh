@@ -8,9 +8,12 @@
 # table written (row count + content hash, read with deltalake, no Spark). Stops the daemons it
 # started, by PID, whatever happens.
 #
-# Shipping, as a real cluster needs it: the package goes to executors as a zip (--py-files) and
-# their Python is the dependency venv *without* our package installed, so an executor can only
-# import `solaris` from what spark-submit shipped; the Delta JARs go with --jars.
+# Shipping, as a real cluster needs it: the package goes to executors as an archive (--archives
+# solaris.zip#solaris_pkg, unpacked in each executor's working directory and put on its workers'
+# PYTHONPATH) and their Python is the dependency venv *without* our package installed, so an
+# executor can only import `solaris` from what spark-submit shipped; the Delta JARs go with --jars.
+# (--py-files would also put the zip first on the *driver's* path, where the package must be the
+# checkout: it reads conf/ and sql/ next to it.)
 #
 #   bash bench/cluster.sh                 # needs `make setup` first
 #   WORK=/tmp/x PORT=7177 bash bench/cluster.sh
@@ -44,7 +47,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if "$EXECUTOR_PY" -c "import solaris" 2>/dev/null; then
+if (cd / && "$EXECUTOR_PY" -c "import solaris" 2>/dev/null); then
   echo "executor python $EXECUTOR_PY can already import solaris; the shipping check would prove nothing" >&2
   exit 2
 fi
@@ -89,7 +92,8 @@ submit() {  # submit <master> <warehouse> <stage>
   local master=$1 warehouse=$2 stage=$3 started
   started=$(date +%s.%N)
   PYSPARK_PYTHON=$EXECUTOR_PY PYSPARK_DRIVER_PYTHON=$DRIVER_PY "$ROOT/.venv/bin/spark-submit" \
-    --master "$master" --jars "$JARS" --py-files "$WORK/solaris.zip" \
+    --master "$master" --jars "$JARS" --archives "$WORK/solaris.zip#solaris_pkg" \
+    --conf spark.executorEnv.PYTHONPATH=solaris_pkg \
     --conf spark.executor.memory=2g --conf spark.executorEnv.TZ=UTC \
     "$ROOT/jobs/$stage.py" --as-of "$AS_OF" --warehouse "$warehouse" "${SETTINGS[@]}" \
     >"$WORK/logs/$(basename "$warehouse")-$stage.log" 2>&1 \

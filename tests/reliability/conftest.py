@@ -109,6 +109,9 @@ def run_cycle(spark, config, as_of, stages=None) -> dict:
     from solaris.speculation import default_run_id
 
     precompute_id, enrichment_id = default_run_id("precompute", as_of), default_run_id("enrichment", as_of)
+    # The shared test session was built from another config: use this world's Arrow batch size, as a
+    # job process would (batch composition decides the last float bits of the FM's outputs).
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(config.spark.arrow_max_records_per_batch))
     plan = {
         "candidates": lambda: candidates.run(spark, config, as_of, precompute_id),
         "score": lambda: score.run(spark, config, as_of, precompute_id),

@@ -52,7 +52,7 @@ def test_random_schedules_never_serve_expired_and_never_delete_live(spark, make_
     rng = random.Random(seed)
     model: dict[tuple[int, int], tuple] = {}  # key -> (computed_at, expires_at, value, run_id)
     clock, value, deleted_live = T0, 0.0, 0
-    for step in range(12):
+    for step in range(9):
         action = rng.choice(["write", "write", "write", "expire", "read"]) if step else "write"
         if action == "write":
             late = model and rng.random() < 0.25
