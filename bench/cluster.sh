@@ -103,8 +103,8 @@ submit() {  # submit <master> <warehouse> <stage>
 
 echo "== hourly cycle on the cluster (spark://127.0.0.1:$PORT)"
 for stage in "${STAGES[@]}"; do submit "spark://127.0.0.1:$PORT" "$WORK/cluster" "$stage"; done
-executors=$(grep -h "Granted executor ID" "$WORK/logs/master.log" | wc -l)
-echo "executors granted by the master over the run: $executors"
+executors=$(grep -c "Launching executor" "$WORK/logs/master.log" || true)
+echo "executors launched by the master over the run: $executors (2 per job, one per worker)"
 echo "== the same cycle on local[2]"
 for stage in "${STAGES[@]}"; do submit "local[2]" "$WORK/local" "$stage"; done
 
