@@ -89,11 +89,14 @@ done
 cp -r "$base" "$WORK/local" && cp -r "$base" "$WORK/cluster"
 
 submit() {  # submit <master> <warehouse> <stage>
-  local master=$1 warehouse=$2 stage=$3 started
+  local master=$1 warehouse=$2 stage=$3 started workers_py=$DRIVER_PY shipping=()
   started=$(date +%s.%N)
-  PYSPARK_PYTHON=$EXECUTOR_PY PYSPARK_DRIVER_PYTHON=$DRIVER_PY "$ROOT/.venv/bin/spark-submit" \
-    --master "$master" --jars "$JARS" --archives "$WORK/solaris.zip#solaris_pkg" \
-    --conf spark.executorEnv.PYTHONPATH=solaris_pkg \
+  if [[ $master == spark://* ]]; then  # cluster executors: bare dependency venv + the shipped package
+    workers_py=$EXECUTOR_PY
+    shipping=(--archives "$WORK/solaris.zip#solaris_pkg" --conf spark.executorEnv.PYTHONPATH=solaris_pkg)
+  fi
+  PYSPARK_PYTHON=$workers_py PYSPARK_DRIVER_PYTHON=$DRIVER_PY "$ROOT/.venv/bin/spark-submit" \
+    --master "$master" --jars "$JARS" "${shipping[@]}" \
     --conf spark.executor.memory=2g --conf spark.executorEnv.TZ=UTC \
     "$ROOT/jobs/$stage.py" --as-of "$AS_OF" --warehouse "$warehouse" "${SETTINGS[@]}" \
     >"$WORK/logs/$(basename "$warehouse")-$stage.log" 2>&1 \
