@@ -122,7 +122,7 @@ tables = ["candidates", "pair_embeddings", "pair_embeddings_log", "quarantine", 
 
 def fingerprint(path):
     frame = DeltaTable(path).to_pandas()
-    frame = frame.map(lambda v: v.tolist() if hasattr(v, "tolist") else v).astype(str)
+    frame = frame.map(lambda v: v.hex() if isinstance(v, bytes) else v.tolist() if hasattr(v, "tolist") else v).astype(str)
     return len(frame), int(pd.util.hash_pandas_object(frame, index=False).sum() % (1 << 63))
 
 local, cluster = sys.argv[1], sys.argv[2]
