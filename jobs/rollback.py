@@ -18,12 +18,11 @@ import argparse
 import sys
 
 from solaris.errors import RefusedError
-from solaris.runtime import add_common_args, config_from_args, run_job, setup_logging
+from solaris.runtime import add_common_args, config_from_args, job_parser, run_job, setup_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solaris rollback", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = job_parser("solaris rollback", __doc__, with_as_of=False)
     parser.add_argument("--to", metavar="SNAPSHOT_ID", help="manifest to serve (default: only list them)")
     add_common_args(parser)
     return parser
@@ -35,18 +34,17 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> None:
         from solaris.serving.resolver import load_snapshot
-        from solaris.snapshots import SNAPSHOTS_DIR, latest_manifest_path, list_manifests, point_latest
+        from solaris.snapshots import SNAPSHOTS_DIR, find_manifest, latest_manifest_path, list_manifests, point_latest
 
         config = config_from_args(args)
         directory = config.warehouse / SNAPSHOTS_DIR
         if args.to:
-            target = {p.stem: p for p in list_manifests(directory)}.get(args.to.removesuffix(".json"))
-            if target is not None:
-                try:
-                    load_snapshot(target)  # every pinned tier still readable
-                except Exception as error:  # noqa: BLE001 - any unreadable tier refuses the switch
-                    raise RefusedError(f"{target.name} cannot be served, LATEST unchanged: {error}") from None
-            path = point_latest(directory, args.to)
+            target = find_manifest(directory, args.to)
+            try:
+                load_snapshot(target)  # every pinned tier still readable
+            except Exception as error:  # noqa: BLE001 - any unreadable tier refuses the switch
+                raise RefusedError(f"{target.name} cannot be served, LATEST unchanged: {error}") from None
+            path = point_latest(directory, target.stem)
             print(f"LATEST -> {path.name}")
             return
         latest = latest_manifest_path(directory)

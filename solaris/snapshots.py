@@ -77,13 +77,20 @@ def list_manifests(directory: Path) -> list[Path]:
     return sorted(Path(directory).glob("snapshot-*.json"))
 
 
+def find_manifest(directory: Path, snapshot_id: str) -> Path:
+    """The kept manifest named ``snapshot_id`` (``.json`` optional); only kept manifests can be
+    named, so no path trick like ``../`` reaches a file outside the snapshots folder."""
+    kept = {p.stem: p for p in list_manifests(directory)}
+    path = kept.get(snapshot_id.removesuffix(".json"))
+    if path is None:
+        raise RefusedError(f"no manifest {snapshot_id!r} in {directory} (kept: {', '.join(kept) or 'none'})")
+    return path
+
+
 def point_latest(directory: Path, snapshot_id: str) -> Path:
     """Make ``LATEST`` name an existing manifest (rollback / roll forward); atomic like publish."""
     directory = Path(directory)
-    kept = {p.stem: p for p in list_manifests(directory)}
-    path = kept.get(snapshot_id.removesuffix(".json"))  # only a kept manifest: no path tricks like ../
-    if path is None:
-        raise RefusedError(f"no manifest {snapshot_id!r} in {directory} (kept: {', '.join(kept) or 'none'})")
+    path = find_manifest(directory, snapshot_id)
     read_manifest(path)  # refuse a manifest that does not parse
     _atomic_write(directory / LATEST, path.name + "\n")
     return path

@@ -38,7 +38,8 @@ def _is_commit_conflict(error: BaseException) -> bool:
     if isinstance(error, (DeltaConcurrentModificationException, ProtocolChangedException, ConcurrentWriteException,
                           MetadataChangedException)):
         return True
-    # Creating the same table from two sessions at once surfaces as a plain "already exists" error.
+    # Errors that reach Python unconverted (e.g. two sessions creating the same table) keep Delta's
+    # error class in their message.
     return "DELTA_PROTOCOL_CHANGED" in str(error) or "DELTA_CONCURRENT" in str(error)
 
 
