@@ -51,11 +51,16 @@ def search(member_ids: np.ndarray, member_vectors: np.ndarray, query_ids: np.nda
     """Exact inner-product top-k of queries among members, the query itself excluded.
 
     Returns ``(neighbor_ids [q, k], similarities [q, k])`` padded with -1 / -inf when a cluster
-    has fewer than k other members.
+    has fewer than k other members. Ties in similarity go to the smaller user id: members are
+    indexed in id order (FAISS breaks ties by index position) and each row is re-sorted by
+    (similarity desc, id), so the answer does not depend on the order rows reached the Spark group.
     """
     import faiss
 
     q = len(query_ids)
+    member_ids = np.asarray(member_ids)
+    by_id = np.argsort(member_ids, kind="stable")
+    member_ids, member_vectors = member_ids[by_id], np.asarray(member_vectors)[by_id]
     out_ids = np.full((q, k), -1, dtype=np.int64)
     out_sims = np.full((q, k), -np.inf, dtype=np.float32)
     if q == 0 or len(member_ids) == 0:
@@ -67,7 +72,9 @@ def search(member_ids: np.ndarray, member_vectors: np.ndarray, query_ids: np.nda
     found = np.where(positions >= 0, np.asarray(member_ids)[np.maximum(positions, 0)], -1)
     for row in range(q):
         keep = (found[row] != query_ids[row]) & (found[row] >= 0)
-        ids, values = found[row][keep][:k], sims[row][keep][:k]
+        ids, values = found[row][keep], sims[row][keep]
+        order = np.lexsort((ids, -values))
+        ids, values = ids[order][:k], values[order][:k]
         out_ids[row, : ids.size] = ids
         out_sims[row, : values.size] = values
     return out_ids, out_sims

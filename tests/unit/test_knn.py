@@ -59,3 +59,17 @@ def test_clustered_search_recall_against_exact():
 def test_kmeans_is_seeded():
     vectors, _ = _clustered()
     np.testing.assert_array_equal(train_centroids(vectors, 8, seed=3), train_centroids(vectors, 8, seed=3))
+
+
+def test_search_is_independent_of_row_order_and_breaks_ties_by_id():
+    # Four members at exactly the same similarity to the query: only two fit in k=2, and
+    # which two must not depend on the order the rows reached the Spark group.
+    query = np.array([[1.0, 0.0]], dtype=np.float32)
+    tied = np.array([[0.6, 0.8], [0.6, -0.8], [0.6, 0.8], [0.6, -0.8]], dtype=np.float32)
+    ids = np.array([40, 7, 23, 11])
+    answers = set()
+    for seed in range(6):
+        order = np.random.default_rng(seed).permutation(len(ids))
+        found, sims = search(ids[order], tied[order], np.array([99]), query, 2)
+        answers.add((tuple(found[0].tolist()), tuple(round(float(s), 6) for s in sims[0])))
+    assert answers == {((7, 11), (0.6, 0.6))}
