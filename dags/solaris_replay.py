@@ -7,6 +7,10 @@ hit rate -> expire), exactly as the hourly DAG would have run, seeing only event
 Used by `make demo` (MovieLens-1M) and for backfills after an outage. Idempotent: ingest MERGEs
 on `event_id`, ticks already done are skipped, so a failed replay is simply re-triggered.
 
+With `evaluate` set, it then runs the knowledge-transfer evaluation with T0 = `start`
+(`solaris evaluate`: FM/VM variants trained before T0, replay of the last `tail_hours` and the next
+`eval_hours`, metrics.json + report.md + plots under `<warehouse>/evaluation/`).
+
 Trigger from the UI with Params, or:
 `airflow dags test solaris_replay -c '{"dataset": "ml-100k", "start": "1998-03-01T00:00:00Z", "end": "1998-03-01T03:00:00Z"}'`
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import DAG, Param
 
 from solaris.orchestration import AS_OF_PATTERN, spark_submit_kwargs
@@ -38,6 +43,11 @@ with DAG(
         "end": Param("2000-12-01T03:00:00Z", type="string", pattern=AS_OF_PATTERN, description="end (exclusive)"),
         "max_epochs": Param(1, type="integer", minimum=1, maximum=50, description="FM/VM training epochs (upper bound)"),
         "ttl_hours": Param(6, type="number", exclusiveMinimum=0, maximum=168, description="embedding TTL in hours"),
+        "evaluate": Param(False, type="boolean", description="then run the knowledge-transfer evaluation at T0 = start"),
+        "eval_hours": Param(24, type="number", exclusiveMinimum=0, maximum=720, description="evaluation: hours scored after start"),
+        "tail_hours": Param(24, type="number", exclusiveMinimum=0, maximum=720,
+                            description="evaluation: hours before start replayed to fine-tune the VM variants"),
+        "seeds": Param(3, type="integer", minimum=1, maximum=20, description="evaluation: seeds (mean ± std)"),
     },
 ) as dag:
     ingest = SparkSubmitOperator(
@@ -61,4 +71,17 @@ with DAG(
         **spark_submit_kwargs("replay", ["--start", "{{ params.start }}", "--end", "{{ params.end }}",
                                          "--set", "precompute.ttl_hours={{ params.ttl_hours }}"]),
     )
-    ingest >> train_fm >> train_verifier >> replay
+    evaluate_requested = ShortCircuitOperator(
+        task_id="evaluate_requested",
+        doc_md="Continue to the evaluation only when the `evaluate` Param is set (else it is skipped).",
+        python_callable=lambda params: bool(params["evaluate"]),
+    )
+    evaluate = SparkSubmitOperator(
+        task_id="evaluate",
+        doc_md="Knowledge-transfer evaluation at T0 = `start` (report under `<warehouse>/evaluation/`).",
+        **spark_submit_kwargs("evaluate", [
+            "--as-of", "{{ params.start }}", *EPOCHS, "--set", "precompute.ttl_hours={{ params.ttl_hours }}",
+            "--set", "evaluation.eval_hours={{ params.eval_hours }}", "--set", "evaluation.tail_hours={{ params.tail_hours }}",
+            "--set", "evaluation.seeds={{ params.seeds }}"]),
+    )
+    ingest >> train_fm >> train_verifier >> replay >> evaluate_requested >> evaluate

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "publish": ("solaris.jobs.publish", "quality gate, then an atomic snapshot manifest for the resolver"),
     "rollback": ("solaris.jobs.rollback", "list snapshots, or point serving's LATEST at an earlier one"),
     "replay": ("solaris.jobs.replay", "replay the hourly precompute over a time range (backfills, demo)"),
+    "evaluate": ("solaris.jobs.evaluate", "knowledge-transfer evaluation: replay, every VM variant, report"),
 }
 
 

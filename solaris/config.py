@@ -200,6 +200,24 @@ class EnrichmentConfig(_Strict):
     coverage_tolerance: float = Field(0.5, ge=0, le=1)  # refuse a snapshot whose coverage fell by more than this share
 
 
+class EvaluationConfig(_Strict):
+    """Knowledge-transfer evaluation (``solaris evaluate``): time split, replay window, seeds.
+
+    The FM that serves embeddings is trained on events up to ``T0 - tail_hours``; the replay runs
+    hour by hour over ``(T0 - tail_hours, T0 + eval_hours]``. The tail gives the SOLARIS VM
+    variants training examples whose FM features are what serving would have held for them (same
+    TTL, same coverage gaps, from an FM that had not seen them); the eval window is scored.
+    """
+
+    seeds: int = Field(3, ge=1)  # every seed retrains the FM, the verifier and all VM variants and replays
+    tail_hours: float = Field(24, gt=0)
+    eval_hours: float = Field(24, gt=0)
+    step_hours: float = Field(1, gt=0)
+    teacher_folds: int = Field(2, ge=2)  # cross-fitted FM soft labels for the distilled variants
+    finetune_batch_size: int = Field(256, ge=1)  # VM variants are fine-tuned on the tail (a few thousand rows)
+    output: str = "evaluation"  # folder under the warehouse: one sub-folder per evaluation
+
+
 class SolarisConfig(_Strict):
     warehouse: Path = Path("warehouse")
     seed: int = 42
@@ -210,6 +228,7 @@ class SolarisConfig(_Strict):
     model: ModelConfig = ModelConfig()
     precompute: PrecomputeConfig = PrecomputeConfig()
     enrichment: EnrichmentConfig = EnrichmentConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
 
     def table_path(self, name: str) -> str:
         """Absolute path of a Delta table given its logical name (a field of ``tables``)."""

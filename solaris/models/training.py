@@ -245,8 +245,14 @@ def train_vm(
     fm_embedding: np.ndarray | None = None,
     fm_tier: np.ndarray | None = None,
     features: Features | None = None,
+    init_from: VerticalModel | None = None,
+    training: TrainingConfig | None = None,
 ) -> TrainResult:
-    """Train one VM variant; distilled variants need the FM's logits on the same examples."""
+    """Train one VM variant; distilled variants need the FM's logits on the same examples.
+
+    ``init_from`` warm-starts from a trained VM (:func:`warm_start_vm`), ``training`` replaces
+    ``config.model.training`` (e.g. a smaller batch for fine-tuning on a few hours of data).
+    """
     if variant not in VM_VARIANTS:
         raise ValueError(f"unknown VM variant {variant!r}; expected one of {VM_VARIANTS}")
     distilled = variant.endswith("distilled")
@@ -269,5 +275,33 @@ def train_vm(
         teacher = batch.get("teacher_logit")
         return distillation_loss(logit, target, teacher, kd.weight if distilled else 0.0, kd.temperature)
 
-    model = VerticalModel(vm_spec(config, with_fm_embedding=uses_fm))
-    return fit(model, features, events.label, events.ts, config.model.training, seed, extras, loss_fn, name=f"VM[{variant}]")
+    model = (warm_start_vm(init_from, vm_spec(config, with_fm_embedding=uses_fm)) if init_from is not None
+             else VerticalModel(vm_spec(config, with_fm_embedding=uses_fm)))
+    return fit(model, features, events.label, events.ts, training or config.model.training, seed, extras, loss_fn,
+               name=f"VM[{variant}]")
+
+
+def warm_start_vm(base: VerticalModel, spec: VMSpec) -> VerticalModel:
+    """A new VM of ``spec`` initialised from ``base`` (same ids, buckets and hidden sizes).
+
+    Why: recurring training continues from yesterday's model; adding the FM-embedding slot
+    should not throw away what the VM already knows. The slot's input weights start at zero, so
+    the warm-started model predicts exactly like ``base`` until training finds a use for the FM.
+    """
+    if base.spec.fm_embedding_dim and base.spec.fm_embedding_dim != spec.fm_embedding_dim:
+        raise ValueError("cannot warm-start across different FM embedding sizes")
+    model = VerticalModel(spec)
+    target = model.state_dict()
+    for key, value in base.state_dict().items():
+        if key not in target:
+            raise ValueError(f"warm start: {key} not in the new model")
+        if target[key].shape == value.shape:
+            target[key] = value.detach().clone()
+        elif value.dim() == 2 and value.shape[0] == target[key].shape[0] and value.shape[1] < target[key].shape[1]:
+            widened = torch.zeros_like(target[key])  # first layer: extra FM columns at the end of the input
+            widened[:, : value.shape[1]] = value
+            target[key] = widened
+        else:
+            raise ValueError(f"warm start: {key} has shape {tuple(value.shape)}, new model {tuple(target[key].shape)}")
+    model.load_state_dict(target)
+    return model

@@ -83,3 +83,19 @@ def test_enrichment_runs_on_the_pair_embeddings_asset(dagbag):
     assert dag.get_task("impute").upstream_task_ids == {"user_aggregates", "knn"}
     assert dag.get_task("publish").upstream_task_ids == {"impute"}
     assert "triggering_asset_events" in dag.get_task("knn").application_args[1]
+
+
+def test_replay_dag_runs_the_evaluation_only_when_asked(dagbag):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = dagbag.dags["solaris_replay"]
+    gate = dag.get_task("evaluate_requested")
+    assert gate.upstream_task_ids == {"replay"} and gate.downstream_task_ids == {"evaluate"}
+    assert gate.python_callable(params={"evaluate": False}) is False
+    assert gate.python_callable(params={"evaluate": True}) is True
+    assert dag.params.get_param("evaluate").value is False  # the default replay does not pay for it
+    args = dag.get_task("evaluate").application_args
+    assert args[:2] == ["--as-of", "{{ params.start }}"] and "evaluation.seeds={{ params.seeds }}" in args
+    for key, bad in (("seeds", 0), ("eval_hours", 0), ("tail_hours", -3), ("evaluate", "yes")):
+        with pytest.raises(ParamValidationError):
+            dag.params.get_param(key).resolve(bad)

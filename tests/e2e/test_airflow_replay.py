@@ -35,7 +35,8 @@ def test_replay_then_precompute_and_enrichment_dags_run_every_task_to_success(tm
     warehouse = tmp_path / "warehouse"
     conf = {"dataset": "ml-100k", "start": "1998-03-01T00:00:00Z", "end": "1998-03-01T02:00:00Z", "max_epochs": 1}
     states = _dags_test("solaris_replay", conf, warehouse)
-    assert states == {"ingest": "success", "train_fm": "success", "train_verifier": "success", "replay": "success"}
+    assert states == {"ingest": "success", "train_fm": "success", "train_verifier": "success", "replay": "success",
+                      "evaluate_requested": "success", "evaluate": "skipped"}  # evaluate Param defaults to off
 
     from deltalake import DeltaTable
 

@@ -1,0 +1,159 @@
+"""Knowledge-transfer evaluation: the pure parts (no Spark, no torch).
+
+``jobs/evaluate`` trains, replays and predicts; this module decides *what* is compared and how it
+is summarised, so each rule can be unit-tested on small arrays:
+
+* :class:`EvaluationWindow` - the time split: serving FM trained up to ``T0 - tail``, replay
+  ticks over ``[T0 - tail, T0 + eval)``, requests of ``(tick, tick + step]`` served by the
+  snapshot published at ``tick``;
+* :func:`served_up_to_tier` - the coverage ablation: keep the resolved FM embedding only when
+  its tier is within the allowed ones (tiers are a fallback chain, so "tiers 1-2" means tier-3
+  answers become "nothing served");
+* :func:`variant_metrics` / :func:`aggregate_seeds` - per-variant metrics, transfer ratios and
+  mean ± std over seeds.
+
+Variants (DESIGN.md §5-6): ``fm`` (upper bound), ``vm_baseline``, ``vm_distilled``,
+``solaris_tier1``, ``solaris_tiers12``, ``solaris_tiers123`` (one VM+SOLARIS model fed with
+fewer tiers), ``solaris_distilled`` (tiers 1-3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+
+from solaris import metrics
+
+VARIANTS = ("fm", "vm_baseline", "vm_distilled", "solaris_tier1", "solaris_tiers12", "solaris_tiers123",
+            "solaris_distilled")
+# variant -> highest tier of served FM embedding it receives
+SOLARIS_MAX_TIER = {"solaris_tier1": 1, "solaris_tiers12": 2, "solaris_tiers123": 3, "solaris_distilled": 3}
+TRANSFER_VARIANTS = tuple(v for v in VARIANTS if v not in ("fm", "vm_baseline"))
+METRIC_KEYS = ("log_loss", "ne", "auc", "calibration", "transfer_ratio")
+
+
+@dataclass(frozen=True)
+class EvaluationWindow:
+    """The time split of one evaluation (all UTC)."""
+
+    t0: datetime
+    tail_hours: float
+    eval_hours: float
+    step_hours: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("tail_hours", "eval_hours", "step_hours"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.step_hours > min(self.tail_hours, self.eval_hours):
+            raise ValueError("step_hours is longer than the tail or the evaluation window")
+
+    @property
+    def fm_cutoff(self) -> datetime:
+        """The serving FM and the verifier see events up to here: the tail is unseen by them."""
+        return self.t0 - timedelta(hours=self.tail_hours)
+
+    @property
+    def end(self) -> datetime:
+        return self.t0 + timedelta(hours=self.eval_hours)
+
+    def ticks(self) -> list[datetime]:
+        """Replay ticks: every ``step`` from ``fm_cutoff`` (included) to ``end`` (excluded)."""
+        out, current, step = [], self.fm_cutoff, timedelta(hours=self.step_hours)
+        while current < self.end:
+            out.append(current)
+            current += step
+        return out
+
+    def serving_tick(self, ts_seconds) -> np.ndarray:
+        """Index into :meth:`ticks` of the snapshot that serves a request at ``ts`` (-1: none).
+
+        A request in ``(tick, tick + step]`` is served by the snapshot published at ``tick``: it
+        saw only events with ``ts <= tick``, strictly before the request.
+        """
+        ts = np.asarray(ts_seconds, dtype=np.float64)
+        start, step = self.fm_cutoff.timestamp(), self.step_hours * 3600.0
+        index = np.ceil((ts - start) / step).astype(np.int64) - 1
+        n_ticks = len(self.ticks())
+        return np.where((ts > start) & (ts <= self.end.timestamp()) & (index < n_ticks), index, -1)
+
+
+def served_up_to_tier(vectors: np.ndarray, tiers: np.ndarray, max_tier: int) -> tuple[np.ndarray, np.ndarray]:
+    """FM features as a model restricted to tiers ``1..max_tier`` receives them.
+
+    Rows served by a higher tier get what serving gives when nothing is found: a zero vector and
+    tier 0 (the VM's "no FM embedding" input).
+    """
+    tiers = np.asarray(tiers, dtype=np.int64)
+    keep = (tiers >= 1) & (tiers <= max_tier)
+    return np.where(keep[:, None], vectors, 0.0).astype(np.float32), np.where(keep, tiers, 0)
+
+
+def coverage_by_tier(tiers: np.ndarray) -> dict[str, float]:
+    """Share of requests served by each tier, and cumulatively (tier 1, tiers 1-2, tiers 1-3)."""
+    tiers = np.asarray(tiers)
+    n = max(tiers.size, 1)
+    out = {f"tier{t}": float((tiers == t).sum() / n) for t in (1, 2, 3)}
+    out["none"] = float((tiers == 0).sum() / n)
+    for label, top in (("tiers1", 1), ("tiers1-2", 2), ("tiers1-3", 3)):
+        out[label] = float(((tiers >= 1) & (tiers <= top)).sum() / n)
+    return out
+
+
+def _ratio(ne_vm: float, ne_x: float, ne_fm: float) -> float:
+    """Transfer ratio, or NaN when the FM is not better than the VM (no gain to transfer: a
+    ratio of two negative numbers would read as a large positive transfer)."""
+    if not ne_vm - ne_fm > 0:
+        return float("nan")
+    return metrics.transfer_ratio(ne_vm, ne_x, ne_fm)
+
+
+def variant_metrics(labels: np.ndarray, predictions: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Metrics of every variant on the same requests, with its transfer ratio vs VM and FM."""
+    missing = [v for v in VARIANTS if v not in predictions]
+    if missing:
+        raise ValueError(f"predictions missing for {missing}")
+    out = {name: metrics.summary(labels, predictions[name]) for name in VARIANTS}
+    ne_vm, ne_fm = out["vm_baseline"]["ne"], out["fm"]["ne"]
+    for name in VARIANTS:
+        out[name]["transfer_ratio"] = _ratio(ne_vm, out[name]["ne"], ne_fm)
+    return out
+
+
+def fm_passes_per_request(pairs_scored: int, users_represented: int, requests: int) -> float:
+    """FM forward passes spent per request by precomputing, vs 1.0 for scoring every request on-path."""
+    return float((pairs_scored + users_represented) / requests) if requests else float("nan")
+
+
+def mean_std(values) -> dict[str, float | None]:
+    """Mean and (population) std over seeds, ignoring NaN; ``None`` when no seed had a value."""
+    array = np.asarray([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))],
+                       dtype=np.float64)
+    if array.size == 0:
+        return {"mean": None, "std": None, "n": 0}
+    return {"mean": float(array.mean()), "std": float(array.std()), "n": int(array.size)}
+
+
+def aggregate_seeds(seed_results: list[dict]) -> dict:
+    """Mean ± std over seeds of every variant metric, coverage share and cost figure."""
+    if not seed_results:
+        raise ValueError("no seed results to aggregate")
+    out: dict = {"variants": {}, "coverage": {}, "cost": {}}
+    for name in VARIANTS:
+        out["variants"][name] = {key: mean_std([r["variants"][name].get(key) for r in seed_results]) for key in METRIC_KEYS}
+    for name in VARIANTS:  # ratio of the mean NEs: robust when one seed's FM-VM gap is tiny
+        ne = {v: out["variants"][v]["ne"]["mean"] for v in (name, "vm_baseline", "fm")}
+        out["variants"][name]["transfer_ratio_pooled"] = _ratio(ne["vm_baseline"], ne[name], ne["fm"])
+    for key in seed_results[0]["coverage"]:
+        out["coverage"][key] = mean_std([r["coverage"][key] for r in seed_results])
+    for key in seed_results[0]["cost"]:
+        out["cost"][key] = mean_std([r["cost"][key] for r in seed_results])
+    return out
+
+
+def ne_improvement(variant: dict, baseline: dict) -> float:
+    """Relative NE gain over the VM baseline (positive = better), in percent."""
+    return 100.0 * (baseline["ne"] - variant["ne"]) / baseline["ne"]

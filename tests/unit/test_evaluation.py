@@ -1,0 +1,143 @@
+"""Pure rules of the knowledge-transfer evaluation (no Spark)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+import torch
+
+from solaris import evaluation
+from solaris.config import load_config
+from solaris.evaluation_report import write_report
+from solaris.features import training_features
+from solaris.models.training import predict, vm_spec, warm_start_vm
+from solaris.models.vm import VerticalModel
+
+T0 = datetime(2026, 1, 3, 12, tzinfo=timezone.utc)
+HOUR = 3600
+
+
+def test_window_ticks_and_cutoff():
+    window = evaluation.EvaluationWindow(T0, tail_hours=2, eval_hours=3)
+    assert window.fm_cutoff == datetime(2026, 1, 3, 10, tzinfo=timezone.utc)
+    assert [t.hour for t in window.ticks()] == [10, 11, 12, 13, 14]
+    with pytest.raises(ValueError):
+        evaluation.EvaluationWindow(T0, tail_hours=0, eval_hours=3)
+
+
+def test_request_is_served_by_the_last_tick_strictly_before_it():
+    window = evaluation.EvaluationWindow(T0, tail_hours=2, eval_hours=3)
+    cutoff = window.fm_cutoff.timestamp()
+    ts = np.array([cutoff, cutoff + 1, cutoff + HOUR, cutoff + HOUR + 1, T0.timestamp() + 3 * HOUR,
+                   T0.timestamp() + 3 * HOUR + 1])
+    # at the cutoff itself: before the first snapshot (the FM trained on it); a request at exactly
+    # tick + 1h is still served by tick (computed strictly before it); after the end: none
+    assert window.serving_tick(ts).tolist() == [-1, 0, 0, 1, 4, -1]
+
+
+def test_tier_ablation_hides_higher_tiers_as_nothing_served():
+    vectors = np.arange(8, dtype=np.float32).reshape(4, 2) + 1
+    tiers = np.array([0, 1, 2, 3])
+    fed, fed_tiers = evaluation.served_up_to_tier(vectors, tiers, 2)
+    assert fed_tiers.tolist() == [0, 1, 2, 0]
+    assert np.array_equal(fed[[1, 2]], vectors[[1, 2]]) and not fed[[0, 3]].any()
+    assert evaluation.served_up_to_tier(vectors, tiers, 3)[1].tolist() == [0, 1, 2, 3]
+
+
+def test_coverage_by_tier_is_cumulative():
+    shares = evaluation.coverage_by_tier(np.array([1, 1, 2, 3, 0, 0, 0, 0]))
+    assert shares["tier1"] == 0.25 and shares["tiers1"] == 0.25
+    assert shares["tiers1-2"] == 0.375 and shares["tiers1-3"] == 0.5 and shares["none"] == 0.5
+
+
+def test_variant_metrics_transfer_ratio_and_seed_aggregate():
+    rng = np.random.default_rng(0)
+    labels = (rng.random(4000) < 0.4).astype(np.float32)
+    signal = labels + rng.normal(0, 1.0, labels.size)
+
+    def probs(strength):
+        return 1 / (1 + np.exp(-(strength * signal - 0.5)))
+
+    predictions = {name: probs(0.3) for name in evaluation.VARIANTS}
+    predictions["fm"] = probs(1.2)
+    predictions["vm_baseline"] = probs(0.3)
+    result = evaluation.variant_metrics(labels, predictions)
+    assert result["fm"]["transfer_ratio"] == pytest.approx(1.0)
+    assert result["vm_baseline"]["transfer_ratio"] == pytest.approx(0.0)
+    assert result["fm"]["ne"] < result["vm_baseline"]["ne"]
+    seeds = [{"variants": result, "coverage": {"tiers1": c}, "cost": {"x": 1.0}} for c in (0.2, 0.4)]
+    summary = evaluation.aggregate_seeds(seeds)
+    assert summary["coverage"]["tiers1"]["mean"] == pytest.approx(0.3)
+    assert summary["coverage"]["tiers1"]["std"] == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        evaluation.variant_metrics(labels, {"fm": predictions["fm"]})
+
+
+def test_mean_std_skips_missing_values():
+    assert evaluation.mean_std([1.0, float("nan"), None, 3.0]) == {"mean": 2.0, "std": 1.0, "n": 2}
+    assert evaluation.mean_std([None])["mean"] is None
+
+
+def test_fm_passes_per_request():
+    assert evaluation.fm_passes_per_request(900, 100, 500) == 2.0
+    assert np.isnan(evaluation.fm_passes_per_request(1, 1, 0))
+
+
+def test_warm_start_predicts_like_its_base_until_trained():
+    config = load_config(overrides=["model.embedding_dim=8"])
+    rng = np.random.default_rng(1)
+    n = 64
+    users, items = rng.integers(0, 50, n), rng.integers(0, 40, n)
+    ts = np.sort(rng.integers(0, 10 * HOUR, n))
+    labels = (rng.random(n) < 0.5).astype(np.float32)
+    features = training_features(users, items, ts, labels, 4)
+    torch.manual_seed(0)
+    base = VerticalModel(vm_spec(config))
+    widened = warm_start_vm(base, vm_spec(config, with_fm_embedding=True))
+    extras = {"fm_embedding": rng.normal(size=(n, 8)).astype(np.float32), "fm_tier": rng.integers(0, 4, n)}
+    assert np.allclose(predict(base, features), predict(widened, features, extras), atol=1e-6)
+    with pytest.raises(ValueError):
+        warm_start_vm(widened, vm_spec(load_config(overrides=["model.embedding_dim=4"]), with_fm_embedding=True))
+
+
+def test_report_files_from_a_summary(tmp_path):
+    cell = lambda m: {"mean": m, "std": 0.01, "n": 2}  # noqa: E731
+    variants = {name: {k: cell(0.9) for k in evaluation.METRIC_KEYS} for name in evaluation.VARIANTS}
+    variants["vm_baseline"]["transfer_ratio"] = {"mean": None, "std": None, "n": 0}
+    for name in variants:
+        variants[name]["transfer_ratio_pooled"] = 0.4
+    per_tick = [{"tick": f"2026-01-03T{h:02d}:00:00+00:00", "scored_window": h >= 12, "requests": 10,
+                 "tiers1": 0.5, "tiers1-2": 0.8, "tiers1-3": 0.9, "candidates_hit_rate": 0.3,
+                 "verified_hit_rate": 0.2} for h in range(10, 15)]
+    coverage = {k: cell(0.5) for k in ("tier1", "tier2", "tier3", "none", "tiers1", "tiers1-2", "tiers1-3")}
+    cost = {k: cell(1.0) for k in ("fm_passes_per_request", "seed_wall_s", "replay_s", "train_fm_and_verifier_s",
+                                    "train_distilled_s")}
+    summary = {"output": str(tmp_path), "t0": T0.isoformat(), "fm_cutoff": "x", "end": "y", "seeds": [1, 2],
+               "settings": {"step_hours": 1, "tail_hours": 2, "eval_hours": 3}, "variants": variants,
+               "coverage": coverage, "cost": cost, "nan": float("nan"),
+               "per_seed": [{"per_tick": per_tick, "requests": {"scored": 30, "tail": 20, "base_rate": 0.5}}] * 2}
+    paths = write_report(tmp_path, summary)
+    names = {p.name for p in paths}
+    assert {"metrics.json", "report.md", "transfer_ratio.png", "coverage_over_time.png", "hit_rate.png",
+            "ne_vs_coverage.png"} <= names
+    assert json.loads((tmp_path / "metrics.json").read_text())["nan"] is None  # strict JSON, no NaN
+    report = (tmp_path / "report.md").read_text()
+    assert "VM+SOLARIS tiers 1-3" in report and "![transfer_ratio](transfer_ratio.png)" in report
+    assert all((tmp_path / n).stat().st_size > 5000 for n in names if n.endswith(".png"))
+
+
+def test_transfer_ratio_undefined_when_the_fm_is_not_better():
+    rng = np.random.default_rng(3)
+    labels = (rng.random(2000) < 0.5).astype(np.float32)
+    good = np.where(labels == 1, 0.7, 0.3)
+    weak = np.full(labels.size, 0.5)
+    predictions = {name: good for name in evaluation.VARIANTS}
+    predictions["fm"] = weak  # FM worse than the VM: nothing to transfer
+    result = evaluation.variant_metrics(labels, predictions)
+    assert np.isnan(result["vm_distilled"]["transfer_ratio"])
+    summary = evaluation.aggregate_seeds([{"variants": result, "coverage": {}, "cost": {}}])
+    assert summary["variants"]["vm_distilled"]["transfer_ratio"]["n"] == 0
+    assert np.isnan(summary["variants"]["vm_distilled"]["transfer_ratio_pooled"])
