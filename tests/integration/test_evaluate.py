@@ -56,7 +56,7 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
     warehouse = tmp_path / "warehouse"
     shutil.copytree(template, warehouse)
     command = [sys.executable, "-m", "solaris.cli", "evaluate", "--as-of", "2026-01-03T12:00:00Z", "--quick",
-               "--set", "evaluation.seeds=1", "--warehouse", str(warehouse), *(a for o in SMALL for a in ("--set", o)),
+               "--set", "evaluation.seeds=1", "--set", "evaluation.tail_hours=2", "--warehouse", str(warehouse), *(a for o in SMALL for a in ("--set", o)),
                "--set", "spark.master=local[2]", "--set", "spark.shuffle_partitions=2"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200, env={**os.environ})
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -71,7 +71,7 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
     coverage = summary["coverage"]
     assert 0 < coverage["tiers1"]["mean"] <= coverage["tiers1-2"]["mean"] <= coverage["tiers1-3"]["mean"] <= 1
     seed = summary["per_seed"][0]
-    assert len(seed["per_tick"]) == 5 and seed["requests"]["scored"] > 300  # 3 h tail + 2 h scored, hourly
+    assert len(seed["per_tick"]) == 4 and seed["requests"]["scored"] > 300  # 2 h tail + 2 h scored, hourly
     assert seed["cost"]["fm_passes_per_request"] > 0
     assert "transfer " in done.stdout and "coverage tier1" in done.stdout
 
@@ -83,7 +83,7 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
 def test_shuffled_labels_in_the_scored_window_give_chance_auc_for_every_variant(spark, template, tmp_path):
     warehouse = tmp_path / "warehouse"
     shutil.copytree(template, warehouse)
-    config = _config(warehouse, *QUICK_OVERRIDES, "evaluation.seeds=1")
+    config = _config(warehouse, *QUICK_OVERRIDES, "evaluation.seeds=1", "evaluation.tail_hours=2")
     events_path = config.table_path("events")
     events = spark.read.format("delta").load(events_path)
     frame = events.toPandas()
