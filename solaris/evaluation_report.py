@@ -107,6 +107,28 @@ def _mean_series(summary: dict, key: str) -> tuple[list[str], np.ndarray]:
         return ticks, np.nanmean(np.asarray(values, dtype=np.float64), axis=0) if values else np.array([])
 
 
+def _finish(fig, ax, path: Path, title: str, ylabel: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _time_series(ax, summary: dict, series: tuple[tuple[str, str], ...]) -> None:
+    """Percent lines over replay ticks (mean over seeds), ~12 tick labels on the x axis."""
+    ticks: list[str] = []
+    for key, label in series:
+        ticks, values = _mean_series(summary, key)
+        ax.plot(range(len(ticks)), 100 * values, marker=".", label=label)
+    every = max(1, len(ticks) // 12)
+    ax.set_xticks(range(len(ticks))[::every], [t[5:16] for t in ticks][::every], rotation=30, ha="right", fontsize=8)
+
+
 def write_plots(out_dir: Path, summary: dict) -> list[Path]:
     import matplotlib
 
@@ -125,46 +147,24 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
     ax.axhspan(42, 44, color="#55a868", alpha=0.3, label="published SOLARIS (42-44%)")
     ax.axhspan(20, 25, color="#c44e52", alpha=0.2, label="published distillation (20-25%)")
     ax.set_xticks(range(len(names)), [LABELS[n] for n in names], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("transfer ratio (% of FM's NE gain)")
-    ax.set_title(f"Knowledge transfer per variant (pooled over {n_seeds} seeds; bars: std of per-seed ratios)")
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out_dir / "transfer_ratio.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_finish(fig, ax, out_dir / "transfer_ratio.png",
+                         f"Knowledge transfer per variant (pooled over {n_seeds} seeds; bars: std of per-seed ratios)",
+                         "transfer ratio (% of FM's NE gain)"))
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    for key, label in (("tiers1", "tier 1"), ("tiers1-2", "tiers 1-2"), ("tiers1-3", "tiers 1-3")):
-        ticks, values = _mean_series(summary, key)
-        ax.plot(range(len(ticks)), 100 * values, marker=".", label=label)
+    _time_series(ax, summary, (("tiers1", "tier 1"), ("tiers1-2", "tiers 1-2"), ("tiers1-3", "tiers 1-3")))
     t0_index = next((i for i, row in enumerate(summary["per_seed"][0]["per_tick"]) if row["scored_window"]), None)
     if t0_index is not None:
         ax.axvline(t0_index - 0.5, color="grey", linestyle="--", label="T0 (scored window starts)")
-    ax.set_xticks(range(len(ticks))[:: max(1, len(ticks) // 12)], [t[5:16] for t in ticks][:: max(1, len(ticks) // 12)],
-                  rotation=30, ha="right", fontsize=8)
     ax.set_ylim(0, 100)
-    ax.set_ylabel("requests served (%)")
-    ax.set_title("Coverage by tier over replay time (requests of the hour after each tick)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out_dir / "coverage_over_time.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_finish(fig, ax, out_dir / "coverage_over_time.png",
+                         "Coverage by tier over replay time (requests of the hour after each tick)", "requests served (%)"))
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    for key, label in (("candidates_hit_rate", "candidates"), ("verified_hit_rate", "verified (written)")):
-        ticks, values = _mean_series(summary, key)
-        ax.plot(range(len(ticks)), 100 * values, marker=".", label=label)
-    ax.set_xticks(range(len(ticks))[:: max(1, len(ticks) // 12)], [t[5:16] for t in ticks][:: max(1, len(ticks) // 12)],
-                  rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("requests of the next hour precomputed (%)")
-    ax.set_title("Speculation hit rate over replay time")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out_dir / "hit_rate.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    _time_series(ax, summary, (("candidates_hit_rate", "candidates"), ("verified_hit_rate", "verified (written)")))
+    paths.append(_finish(fig, ax, out_dir / "hit_rate.png", "Speculation hit rate over replay time",
+                         "requests of the next hour precomputed (%)"))
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     xs = [0.0] + [100 * summary["coverage"][COVERAGE_OF[v]]["mean"] for v in COVERAGE_OF]
@@ -175,13 +175,7 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
         ax.axhline(summary["variants"][name]["ne"]["mean"], linestyle=style, color="grey" if name == "fm" else "#c44e52",
                    label=LABELS[name])
     ax.set_xlabel("coverage of scored requests (%)")
-    ax.set_ylabel("NE (lower is better)")
-    ax.set_title("NE vs coverage")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out_dir / "ne_vs_coverage.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_finish(fig, ax, out_dir / "ne_vs_coverage.png", "NE vs coverage", "NE (lower is better)"))
     return paths
 
 
