@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--as-of", type=as_of_arg, required=True, help="T0: end of the training window")
     parser.add_argument("--eval-days", type=float, default=14.0)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, help="first seed (default: config seed); to add seeds to earlier runs")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--json", help="write the per-seed results here")
     parser.add_argument("--teacher", choices=["cross-fit", "in-sample"], default="cross-fit",
@@ -59,7 +60,8 @@ def main() -> None:
              len(train), test_rows.size, args.eval_days, test_labels.mean())
 
     runs = []
-    for seed in range(config.seed, config.seed + args.seeds):
+    first = config.seed if args.first_seed is None else args.first_seed
+    for seed in range(first, first + args.seeds):
         train_features = training_features(train.user_id, train.item_id, train.ts, train.label, config.model.history_length)
         started = time.monotonic()
         fm = train_fm(train, config, seed, features=train_features)
