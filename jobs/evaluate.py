@@ -242,8 +242,7 @@ def run(spark, config, t0, name: str | None = None, force: bool = False) -> dict
     window = evaluation.EvaluationWindow(t0, settings.tail_hours, settings.eval_hours, settings.step_hours)
     out_dir = config.resolve_under_warehouse(Path(settings.output) / (name or f"t0-{t0:%Y%m%dT%H%M%SZ}"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    fingerprint = {"t0": t0.isoformat(), "evaluation": settings.model_dump(), "model": config.model.model_dump(),
-                   "precompute": config.precompute.model_dump(), "enrichment": config.enrichment.model_dump()}
+    fingerprint = evaluation.seed_fingerprint(t0, config)
     log.info("evaluation %s: FM trained up to %s, replay %d ticks to %s, %d seeds", out_dir, window.fm_cutoff,
              len(window.ticks()), window.end, settings.seeds)
     events = _arrays(spark, config, window.end)
@@ -254,7 +253,7 @@ def run(spark, config, t0, name: str | None = None, force: bool = False) -> dict
         result_path = seed_dir / "result.json"
         if result_path.is_file() and not force:
             saved = json.loads(result_path.read_text())
-            if saved.get("fingerprint") == json.loads(json.dumps(fingerprint, default=str)):
+            if evaluation.same_settings(saved.get("fingerprint"), fingerprint):
                 log.info("seed %d already evaluated (%s): reused", seed, result_path)
                 results.append(saved["result"])
                 continue

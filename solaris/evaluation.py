@@ -19,6 +19,7 @@ fewer tiers), ``solaris_distilled`` (tiers 1-3).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -157,3 +158,22 @@ def aggregate_seeds(seed_results: list[dict]) -> dict:
 def ne_improvement(variant: dict, baseline: dict) -> float:
     """Relative NE gain over the VM baseline (positive = better), in percent."""
     return 100.0 * (baseline["ne"] - variant["ne"]) / baseline["ne"]
+
+
+def seed_fingerprint(t0: datetime, config) -> dict:
+    """Everything one seed's result depends on (JSON-plain), to know when a saved one is reusable."""
+    return json.loads(json.dumps({
+        "t0": t0.isoformat(), "evaluation": config.evaluation.model_dump(), "model": config.model.model_dump(),
+        "precompute": config.precompute.model_dump(), "enrichment": config.enrichment.model_dump(),
+    }, default=str))
+
+
+def same_settings(saved: dict | None, current: dict) -> bool:
+    """Equal fingerprints, ignoring how many seeds the evaluation runs (a seed's result does not
+    depend on it: adding or dropping seeds reuses the finished ones)."""
+    def strip(fingerprint: dict) -> dict:
+        plain = json.loads(json.dumps(fingerprint, default=str))
+        plain.get("evaluation", {}).pop("seeds", None)
+        return plain
+
+    return saved is not None and strip(saved) == strip(current)

@@ -141,3 +141,14 @@ def test_transfer_ratio_undefined_when_the_fm_is_not_better():
     summary = evaluation.aggregate_seeds([{"variants": result, "coverage": {}, "cost": {}}])
     assert summary["variants"]["vm_distilled"]["transfer_ratio"]["n"] == 0
     assert np.isnan(summary["variants"]["vm_distilled"]["transfer_ratio_pooled"])
+
+
+def test_a_saved_seed_is_reused_whatever_the_seed_count_but_not_across_settings():
+    base = load_config()
+    saved = evaluation.seed_fingerprint(T0, base)
+    more_seeds = load_config(overrides=["evaluation.seeds=5"])
+    longer_tail = load_config(overrides=["evaluation.tail_hours=48"])
+    assert evaluation.same_settings(saved, evaluation.seed_fingerprint(T0, more_seeds))
+    assert not evaluation.same_settings(saved, evaluation.seed_fingerprint(T0, longer_tail))
+    assert not evaluation.same_settings(saved, evaluation.seed_fingerprint(T0.replace(hour=13), base))
+    assert not evaluation.same_settings(None, saved)
