@@ -157,7 +157,7 @@ def evaluate_seed(spark, config, window, events, features, seed: int, seed_dir: 
                 raise RuntimeError(f"snapshot {manifest.name} served an embedding not older than its request")
             vectors[mine], tiers[mine] = got, tier
         per_tick.append({"tick": tick.isoformat(), "scored_window": tick >= window.t0, "requests": int(mine.size),
-                         **evaluation.coverage_by_tier(tiers[mine])})
+                         **(evaluation.coverage_by_tier(tiers[mine]) if mine.size else {})})
     timings["resolve_s"] = time.monotonic() - started
     in_tail = slice(0, tail.size)
     in_scored = slice(tail.size, served_rows.size)

@@ -101,7 +101,8 @@ def _mean_series(summary: dict, key: str) -> tuple[list[str], np.ndarray]:
     ticks = [row["tick"] for row in summary["per_seed"][0]["per_tick"]]
     values = []
     for result in summary["per_seed"]:
-        series = {row["tick"]: row.get(key) for row in result["per_tick"]}
+        # an hour without requests has no coverage or hit rate (not 0 %): leave a gap in the line
+        series = {row["tick"]: row.get(key) if row.get("requests") else None for row in result["per_tick"]}
         values.append([np.nan if series.get(t) is None else float(series[t]) for t in ticks])
     with np.errstate(all="ignore"):
         return ticks, np.nanmean(np.asarray(values, dtype=np.float64), axis=0) if values else np.array([])
