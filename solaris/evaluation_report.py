@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -104,7 +105,8 @@ def _mean_series(summary: dict, key: str) -> tuple[list[str], np.ndarray]:
         # an hour without requests has no coverage or hit rate (not 0 %): leave a gap in the line
         series = {row["tick"]: row.get(key) if row.get("requests") else None for row in result["per_tick"]}
         values.append([np.nan if series.get(t) is None else float(series[t]) for t in ticks])
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():  # a tick with no value in any seed stays NaN (a gap), no warning
+        warnings.simplefilter("ignore", RuntimeWarning)
         return ticks, np.nanmean(np.asarray(values, dtype=np.float64), axis=0) if values else np.array([])
 
 
