@@ -96,6 +96,7 @@ def evaluate_seed(spark, config, window, events, features, seed: int, seed_dir: 
     from solaris import evaluation
     from solaris.jobs import replay
     from solaris.models.training import out_of_fold_teacher_logits, predict, train_fm, train_vm, training_metadata
+    from solaris.runtime import JobInputError
     from solaris.serving.resolver import load_snapshot
     from solaris.snapshots import SNAPSHOTS_DIR
 
@@ -107,8 +108,6 @@ def evaluate_seed(spark, config, window, events, features, seed: int, seed_dir: 
     scored = np.flatnonzero((events.ts > window.t0.timestamp()) & (events.ts <= window.end.timestamp()))
     for name, rows in (("before the tail", pre), ("in the tail", tail), ("in the evaluation window", scored)):
         if rows.size < 10:
-            from solaris.runtime import JobInputError
-
             raise JobInputError(f"only {rows.size} events {name}; choose another --as-of or longer windows")
     log.info("seed %d: %d events up to %s (FM, verifier), %d in the tail, %d scored requests", seed, pre.size,
              window.fm_cutoff, tail.size, scored.size)
@@ -219,10 +218,11 @@ def _replay_figures(spark, cfg, window, per_tick, n_scored):
             .select("job", F.date_format("as_of", "yyyy-MM-dd'T'HH:mm:ss").alias("as_of"), "rows_in", "details")
             .toPandas())
     hit_rates, pairs, users = {}, 0, 0
+    tick_of = {t["tick"][:19]: t["tick"] for t in per_tick}  # runs' as_of (second precision) -> tick key
     scored_ticks = {row["tick"][:19] for row in per_tick if row["scored_window"]}
     for row in runs.itertuples():
         details = json.loads(row.details)
-        tick = next((t["tick"] for t in per_tick if t["tick"][:19] == row.as_of), None)
+        tick = tick_of.get(row.as_of)
         if row.job == "hit_rate" and tick:
             hit_rates[tick] = {"candidates_hit_rate": details.get("candidates_hit_rate"),
                                "verified_hit_rate": details.get("verified_hit_rate")}

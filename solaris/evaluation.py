@@ -94,14 +94,17 @@ def served_up_to_tier(vectors: np.ndarray, tiers: np.ndarray, max_tier: int) -> 
 
 
 def coverage_by_tier(tiers: np.ndarray) -> dict[str, float]:
-    """Share of requests served by each tier, and cumulatively (tier 1, tiers 1-2, tiers 1-3)."""
-    tiers = np.asarray(tiers)
-    n = max(tiers.size, 1)
-    out = {f"tier{t}": float((tiers == t).sum() / n) for t in (1, 2, 3)}
-    out["none"] = float((tiers == 0).sum() / n)
-    for label, top in (("tiers1", 1), ("tiers1-2", 2), ("tiers1-3", 3)):
-        out[label] = float(((tiers >= 1) & (tiers <= top)).sum() / n)
-    return out
+    """Share of requests served by each tier, and cumulatively (tier 1, tiers 1-2, tiers 1-3).
+
+    The shares are the resolver's own (:func:`solaris.serving.resolver.coverage`, what the replay
+    logs per tick), under the report's names.
+    """
+    from solaris.serving.resolver import coverage
+
+    shares = coverage(tiers)
+    return {"tier1": shares["tier1"], "tier2": shares["tier2"], "tier3": shares["tier3"], "none": shares["none"],
+            "tiers1": shares["cumulative_tier1"], "tiers1-2": shares["cumulative_tier2"],
+            "tiers1-3": shares["cumulative_tier3"]}
 
 
 def _ratio(ne_vm: float, ne_x: float, ne_fm: float) -> float:
@@ -153,11 +156,6 @@ def aggregate_seeds(seed_results: list[dict]) -> dict:
     for key in seed_results[0]["cost"]:
         out["cost"][key] = mean_std([r["cost"][key] for r in seed_results])
     return out
-
-
-def ne_improvement(variant: dict, baseline: dict) -> float:
-    """Relative NE gain over the VM baseline (positive = better), in percent."""
-    return 100.0 * (baseline["ne"] - variant["ne"]) / baseline["ne"]
 
 
 def seed_fingerprint(t0: datetime, config) -> dict:
