@@ -210,6 +210,7 @@ def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device="cpu"
     labels, ts = events.label, events.ts
     if rows is not None:
         features, labels, ts = features.take(rows), labels[rows], ts[rows]
+    seed_everything(seed)  # the initial weights too, not only the batch order: same seed, same model
     model = FoundationModel(fm_spec(config))
     return fit(model, features, labels, ts, config.model.training, seed, name="FM", device=device)
 
@@ -275,6 +276,7 @@ def train_vm(
         teacher = batch.get("teacher_logit")
         return distillation_loss(logit, target, teacher, kd.weight if distilled else 0.0, kd.temperature)
 
+    seed_everything(seed)
     model = (warm_start_vm(init_from, vm_spec(config, with_fm_embedding=uses_fm)) if init_from is not None
              else VerticalModel(vm_spec(config, with_fm_embedding=uses_fm)))
     return fit(model, features, events.label, events.ts, training or config.model.training, seed, extras, loss_fn,

@@ -126,3 +126,25 @@ def test_out_of_fold_teacher_logits_never_come_from_an_fm_trained_on_the_example
         assert held.max() - held.min() + 1 == held.size  # events are time-sorted: a fold is one time interval
     with pytest.raises(ValueError, match="at least 2 folds"):
         training.out_of_fold_teacher_logits(events, config, 7, features, folds=1)
+
+
+def test_training_gives_the_same_model_for_the_same_seed_whatever_ran_before():
+    """The initial weights are drawn from the seed too (not from whatever global RNG state is left)."""
+    import pandas as pd
+
+    from solaris.config import load_config
+    from solaris.models import training
+
+    rng = np.random.default_rng(5)
+    n = 400
+    frame = pd.DataFrame({"user_id": rng.integers(1, 30, n), "item_id": rng.integers(1, 40, n),
+                          "ts": np.sort(rng.integers(0, 100_000, n)), "label": rng.integers(0, 2, n).astype(float)})
+    events = training.EventArrays.from_frame(frame)
+    config = load_config(overrides=["model.embedding_dim=8", "model.history_length=4", "model.fm.id_buckets=64",
+                                    "model.fm.d_model=8", "model.fm.tower=[16]", "model.training.max_epochs=1",
+                                    "model.training.batch_size=128", "model.training.threads=1"])
+    for train in (training.train_fm, training.train_vm):
+        first = train(events, config, 11).model.state_dict()
+        torch.rand(1000)  # other work consuming the global RNG in between
+        second = train(events, config, 11).model.state_dict()
+        assert all(torch.equal(first[k], second[k]) for k in first), train.__name__
