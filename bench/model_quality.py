@@ -39,9 +39,17 @@ def main() -> None:
     parser.add_argument("--teacher", choices=["cross-fit", "in-sample"], default="cross-fit",
                         help="soft labels from FMs that did not train on the example (default), or the FM's own")
     parser.add_argument("--folds", type=int, default=2, help="time folds for --teacher cross-fit")
+    parser.add_argument("--fm-epochs", type=int,
+                        help="max epochs of the FM and the cross-fitted teachers only (default: model.training.max_epochs)")
+    parser.add_argument("--vm-threads", type=int, default=1,
+                        help="torch threads for the VMs (default 1: bit-reproducible, so baseline and distilled "
+                             "differ only by their loss; the VMs train in seconds anyway)")
     args = parser.parse_args()
     setup_logging()
-    config = load_config(overrides=[f"warehouse={args.warehouse}", *args.overrides])
+    overrides = [f"warehouse={args.warehouse}", *args.overrides]
+    config = load_config(overrides=overrides)
+    fm_config = load_config(overrides=[*overrides, f"model.training.max_epochs={args.fm_epochs}"]) if args.fm_epochs else config
+    vm_config = load_config(overrides=[*overrides, f"model.training.threads={args.vm_threads}"])
 
     from deltalake import DeltaTable
 
@@ -61,18 +69,19 @@ def main() -> None:
 
     runs = []
     first = config.seed if args.first_seed is None else args.first_seed
+    train_features = training_features(train.user_id, train.item_id, train.ts, train.label, config.model.history_length)
     for seed in range(first, first + args.seeds):
-        train_features = training_features(train.user_id, train.item_id, train.ts, train.label, config.model.history_length)
         started = time.monotonic()
-        fm = train_fm(train, config, seed, features=train_features)
+        fm = train_fm(train, fm_config, seed, features=train_features)
         fm_seconds = time.monotonic() - started
         if args.teacher == "cross-fit":
-            teacher_logits = out_of_fold_teacher_logits(train, config, seed, train_features, args.folds)
+            teacher_logits = out_of_fold_teacher_logits(train, fm_config, seed, train_features, args.folds)
         else:
             _, teacher_logits, _ = predict(fm.model, train_features, with_embeddings=True)
-        baseline = train_vm(train, config, seed, "baseline", features=train_features)
-        distilled = train_vm(train, config, seed, "distilled", teacher_logits=teacher_logits, features=train_features)
-        result = {"seed": seed, "fm_train_seconds": fm_seconds, "fm_epochs": fm.best_epoch}
+        baseline = train_vm(train, vm_config, seed, "baseline", features=train_features)
+        distilled = train_vm(train, vm_config, seed, "distilled", teacher_logits=teacher_logits, features=train_features)
+        result = {"seed": seed, "fm_train_seconds": fm_seconds, "fm_epochs": fm.best_epoch,
+                  "vm_epochs": {"baseline": baseline.best_epoch, "distilled": distilled.best_epoch}}
         for name, model in (("fm", fm.model), ("vm_baseline", baseline.model), ("vm_distilled", distilled.model)):
             result[name] = metrics.summary(test_labels, predict(model, test_features))
         result["distillation_transfer_ratio"] = metrics.transfer_ratio(
@@ -94,6 +103,9 @@ def main() -> None:
     ratios = np.array([run["distillation_transfer_ratio"] for run in runs])
     seconds = np.array([run["fm_train_seconds"] for run in runs])
     print(f"distillation transfer ratio: {ratios.mean():.3f} ± {ratios.std():.3f}")
+    between = sum(run["fm"]["ne"] < run["vm_distilled"]["ne"] < run["vm_baseline"]["ne"] for run in runs)
+    print(f"FM < distilled < baseline (NE) in {between} of {len(runs)} seeds; "
+          f"FM < baseline in {sum(run['fm']['ne'] < run['vm_baseline']['ne'] for run in runs)} of {len(runs)}")
     print(f"FM training time: {seconds.mean():.0f} s ± {seconds.std():.0f} s per seed (2 threads)")
     if args.json:
         with open(args.json, "w") as handle:
