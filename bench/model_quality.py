@@ -88,7 +88,7 @@ def main() -> None:
             result["vm_baseline"]["ne"], result["vm_distilled"]["ne"], result["fm"]["ne"]
         )
         runs.append(result)
-        log.info("seed %d: %s", seed, json.dumps({k: (v["ne"] if isinstance(v, dict) else v) for k, v in result.items()}))
+        log.info("seed %d: %s", seed, json.dumps({k: v.get("ne", v) if isinstance(v, dict) else v for k, v in result.items()}))
 
     print(f"\nteacher soft labels: {args.teacher}" + (f" ({args.folds} time folds)" if args.teacher == "cross-fit" else ""))
     print(f"MovieLens time split: train ts <= {args.as_of:%Y-%m-%d %H:%M}Z ({len(train)} events), "
