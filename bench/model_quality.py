@@ -36,9 +36,10 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, help="first seed (default: config seed); to add seeds to earlier runs")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--json", help="write the per-seed results here")
-    parser.add_argument("--teacher", choices=["cross-fit", "in-sample"], default="cross-fit",
-                        help="soft labels from FMs that did not train on the example (default), or the FM's own")
-    parser.add_argument("--folds", type=int, default=2, help="time folds for --teacher cross-fit")
+    parser.add_argument("--teacher", choices=["cross-fit", "in-sample"],
+                        help="soft labels from FMs that did not train on the example, or the FM's own "
+                             "(default: model.distillation.teacher)")
+    parser.add_argument("--folds", type=int, help="time folds for cross-fit (default: model.distillation.teacher_folds)")
     parser.add_argument("--fm-epochs", type=int,
                         help="max epochs of the FM and the cross-fitted teachers only (default: model.training.max_epochs)")
     parser.add_argument("--vm-threads", type=int, default=1,
@@ -50,6 +51,8 @@ def main() -> None:
     config = load_config(overrides=overrides)
     fm_config = load_config(overrides=[*overrides, f"model.training.max_epochs={args.fm_epochs}"]) if args.fm_epochs else config
     vm_config = load_config(overrides=[*overrides, f"model.training.threads={args.vm_threads}"])
+    args.teacher = args.teacher or config.model.distillation.teacher
+    args.folds = args.folds or config.model.distillation.teacher_folds
 
     from deltalake import DeltaTable
 

@@ -3,7 +3,8 @@
 
 Daily (or on demand): train the foundation model on events up to `as_of`, then the baseline
 vertical model, which precompute uses as its verifier, and the distilled VM (the soft-label
-baseline SOLARIS is compared with). Each writes a new versioned checkpoint under
+baseline SOLARIS is compared with; its soft labels are cross-fitted by default, which trains
+`model.distillation.teacher_folds` extra FMs on parts of the window). Each writes a new versioned checkpoint under
 `warehouse/models/<role>/` and moves its `LATEST` pointer atomically; the next precompute run
 picks the new versions up and records them in every row it writes (`fm_version`,
 `verifier_version`).
@@ -47,7 +48,7 @@ with DAG(
     )
     train_distilled = SparkSubmitOperator(
         task_id="train_distilled",
-        doc_md="Train the distilled VM with the new FM as teacher.",
+        doc_md="Train the distilled VM: soft labels from FMs of the new FM's architecture, cross-fitted over time folds.",
         **spark_submit_kwargs("train_vm", ["--as-of", AS_OF_TEMPLATE, "--variant", "distilled", *EPOCHS]),
     )
     train_fm >> [train_verifier, train_distilled]

@@ -130,7 +130,7 @@ def evaluate_seed(spark, config, window, events, features, seed: int, seed_dir: 
     timings["train_fm_and_verifier_s"] = time.monotonic() - started
 
     started = time.monotonic()
-    teacher = out_of_fold_teacher_logits(events_pre, cfg, seed, features_pre, cfg.evaluation.teacher_folds)
+    teacher = out_of_fold_teacher_logits(events_pre, cfg, seed, features_pre, cfg.model.distillation.teacher_folds)
     distilled_base = train_vm(events_pre, cfg, seed, "distilled", teacher_logits=teacher, features=features_pre).model
     timings["train_distilled_s"] = time.monotonic() - started
 

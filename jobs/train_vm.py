@@ -2,7 +2,11 @@
 
 Variants: ``baseline`` (cheap real-time features only; used as the verifier by precompute) and
 ``distilled`` (labels mixed with the FM's soft labels, weight/temperature from
-``model.distillation``; needs ``--fm``). The SOLARIS variants, which take served FM embeddings as
+``model.distillation``). The soft labels are cross-fitted by default (``model.distillation.teacher``):
+every example is labelled by an FM of the configured architecture trained on the other time folds, so
+the student learns from what the FM predicts on unseen traffic rather than from its partly
+memorised in-sample logits; ``--teacher in-sample`` uses the ``--fm`` checkpoint's own logits.
+The SOLARIS variants, which take served FM embeddings as
 features, are trained by the evaluation, which replays the serving path to produce them.
 
     solaris train-vm --as-of 2000-12-01T00:00:00Z
@@ -25,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--as-of", type=as_of_arg, required=True, help="train on events with ts <= this UTC time")
     parser.add_argument("--variant", choices=["baseline", "distilled"], default="baseline")
     parser.add_argument("--fm", default="models/fm", help="FM checkpoint (teacher for 'distilled')")
+    parser.add_argument("--teacher", choices=["cross-fit", "in-sample"],
+                        help="soft labels for 'distilled' (default: model.distillation.teacher)")
     parser.add_argument("--seed", type=int, help="training seed (default: config seed)")
     parser.add_argument("--output", help="checkpoint root under the warehouse (default models/vm_<variant>)")
     add_common_args(parser)
@@ -38,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> None:
         from solaris.features import training_features
         from solaris.models.checkpoint import load_checkpoint, save_checkpoint
-        from solaris.models.training import EventArrays, predict, train_vm, training_metadata
+        from solaris.models.training import EventArrays, out_of_fold_teacher_logits, predict, train_vm, training_metadata
         from solaris.spark import get_spark
         from solaris.tables import RunRecord, training_events
 
@@ -46,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         output = config.resolve_under_warehouse(args.output or f"models/vm_{args.variant}")
         seed = config.seed if args.seed is None else args.seed
         teacher, teacher_version = None, None
+        teacher_kind = args.teacher or config.model.distillation.teacher
         if args.variant == "distilled":  # refuse a bad teacher before any Spark work
             teacher, meta = load_checkpoint(config.resolve_under_warehouse(args.fm), "fm", config.model.embedding_dim)
             teacher_version = meta["version"]
@@ -54,13 +61,19 @@ def main(argv: list[str] | None = None) -> int:
         record = RunRecord(run_id=run_id, job=f"train_vm_{args.variant}", as_of=args.as_of)
         events = EventArrays.from_frame(training_events(spark, config, args.as_of))
         features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
-        teacher_logits = None
-        if teacher is not None:
+        teacher_logits, teacher_info = None, {}
+        if teacher is not None and teacher_kind == "in-sample":
             _, teacher_logits = predict(teacher, features, with_embeddings=True)[:2]
+            teacher_info = {"teacher": "in-sample"}
+        elif teacher is not None:
+            folds = config.model.distillation.teacher_folds
+            log.info("cross-fitting the teacher: %d FMs, each on %d of %d time folds", folds, folds - 1, folds)
+            teacher_logits = out_of_fold_teacher_logits(events, config, seed, features, folds)
+            teacher_info = {"teacher": "cross-fit", "teacher_folds": folds}
         log.info("training VM[%s] on %d events up to %s", args.variant, len(events), args.as_of)
         result = train_vm(events, config, seed, args.variant, teacher_logits=teacher_logits, features=features)
         metadata = training_metadata(f"vm_{args.variant}", args.as_of, seed, events, result,
-                                     teacher_fm_version=teacher_version)
+                                     teacher_fm_version=teacher_version, **teacher_info)
         folder = save_checkpoint(result.model, output, metadata)
         record.rows_in, record.rows_out = len(events), 1
         record.details = {"checkpoint": str(folder), "version": folder.name, **result.validation}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -130,8 +130,19 @@ class TrainingConfig(_Strict):
 
 
 class DistillationConfig(_Strict):
+    """Soft-label distillation of the FM into the VM (the baseline SOLARIS is compared against).
+
+    ``teacher``: where the soft labels come from. ``cross-fit`` (default) labels every training
+    example with an FM trained on the other ``teacher_folds`` time folds, i.e. with the quality the
+    FM has on traffic it has not seen, as a production teacher logs at serving time; ``in-sample``
+    uses the served FM's logits on its own training data, which are partly memorised labels (on
+    MovieLens-1M that student ends up worse than the baseline VM: docs/models.md).
+    """
+
     temperature: float = Field(2.0, gt=0)
     weight: float = Field(0.5, ge=0, le=1)
+    teacher: Literal["cross-fit", "in-sample"] = "cross-fit"
+    teacher_folds: int = Field(2, ge=2)  # extra FM trainings per distilled VM, each on (folds-1)/folds of the data
 
 
 class ModelConfig(_Strict):
@@ -213,7 +224,6 @@ class EvaluationConfig(_Strict):
     tail_hours: float = Field(24, gt=0)
     eval_hours: float = Field(24, gt=0)
     step_hours: float = Field(1, gt=0)
-    teacher_folds: int = Field(2, ge=2)  # cross-fitted FM soft labels for the distilled variants
     finetune_batch_size: int = Field(256, ge=1)  # VM variants are fine-tuned on the tail (a few thousand rows)
     output: str = "evaluation"  # folder under the warehouse: one sub-folder per evaluation
 

@@ -38,6 +38,11 @@ def test_train_fm_and_vm_variants_write_loadable_checkpoints(spark, trained):
     assert train_vm.main(["--as-of", AS_OF, "--variant", "distilled", *common]) == 0
     _, vm_meta = load_checkpoint(config.warehouse / "models" / "vm_distilled", "vm")
     assert vm_meta["teacher_fm_version"] == fm_meta["version"]
+    assert vm_meta["teacher"] == "cross-fit" and vm_meta["teacher_folds"] == 2  # the default soft labels
+    assert train_vm.main(["--as-of", AS_OF, "--variant", "distilled", "--teacher", "in-sample",
+                          "--output", "models/vm_distilled_in_sample", *common]) == 0
+    _, in_sample_meta = load_checkpoint(config.warehouse / "models" / "vm_distilled_in_sample", "vm")
+    assert in_sample_meta["teacher"] == "in-sample"
     runs = {row["job"]: row for row in spark.read.format("delta").load(config.table_path("runs")).collect()}
     assert {"train_fm", "train_vm_baseline", "train_vm_distilled"} <= set(runs)
     assert runs["train_fm"]["status"] == "success" and fm_meta["version"] in runs["train_fm"]["details"]
