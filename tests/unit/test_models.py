@@ -94,20 +94,27 @@ def test_device_choice_falls_back_to_cpu():
     assert pick_device(prefer_gpu=False).type == "cpu"
 
 
-def test_out_of_fold_teacher_logits_never_come_from_an_fm_trained_on_the_example(monkeypatch):
+def _tiny_training_set(n: int, seed: int, extra: tuple[str, ...] = ()):
+    """``n`` random time-sorted events and a config of tiny models that train in a second."""
     import pandas as pd
 
     from solaris.config import load_config
-    from solaris.models import training
+    from solaris.models.training import EventArrays
 
-    rng = np.random.default_rng(3)
-    n = 600
+    rng = np.random.default_rng(seed)
     frame = pd.DataFrame({"user_id": rng.integers(1, 30, n), "item_id": rng.integers(1, 40, n),
                           "ts": np.sort(rng.integers(0, 100_000, n)), "label": rng.integers(0, 2, n).astype(float)})
-    events = training.EventArrays.from_frame(frame)
     config = load_config(overrides=["model.embedding_dim=8", "model.history_length=4", "model.fm.id_buckets=64",
                                     "model.fm.d_model=8", "model.fm.tower=[16]", "model.training.max_epochs=1",
-                                    "model.training.batch_size=128"])
+                                    "model.training.batch_size=128", *extra])
+    return EventArrays.from_frame(frame), config
+
+
+def test_out_of_fold_teacher_logits_never_come_from_an_fm_trained_on_the_example(monkeypatch):
+    from solaris.models import training
+
+    n = 600
+    events, config = _tiny_training_set(n, seed=3)
     features = training.training_features(events.user_id, events.item_id, events.ts, events.label, 4)
     trained_on, real_train_fm = [], training.train_fm
 
@@ -130,19 +137,9 @@ def test_out_of_fold_teacher_logits_never_come_from_an_fm_trained_on_the_example
 
 def test_training_gives_the_same_model_for_the_same_seed_whatever_ran_before():
     """The initial weights are drawn from the seed too (not from whatever global RNG state is left)."""
-    import pandas as pd
-
-    from solaris.config import load_config
     from solaris.models import training
 
-    rng = np.random.default_rng(5)
-    n = 400
-    frame = pd.DataFrame({"user_id": rng.integers(1, 30, n), "item_id": rng.integers(1, 40, n),
-                          "ts": np.sort(rng.integers(0, 100_000, n)), "label": rng.integers(0, 2, n).astype(float)})
-    events = training.EventArrays.from_frame(frame)
-    config = load_config(overrides=["model.embedding_dim=8", "model.history_length=4", "model.fm.id_buckets=64",
-                                    "model.fm.d_model=8", "model.fm.tower=[16]", "model.training.max_epochs=1",
-                                    "model.training.batch_size=128", "model.training.threads=1"])
+    events, config = _tiny_training_set(400, seed=5, extra=("model.training.threads=1",))
     for train in (training.train_fm, training.train_vm):
         first = train(events, config, 11).model.state_dict()
         torch.rand(1000)  # other work consuming the global RNG in between
