@@ -136,7 +136,8 @@ class DistillationConfig(_Strict):
     example with an FM trained on the other ``teacher_folds`` time folds, i.e. with the quality the
     FM has on traffic it has not seen, as a production teacher logs at serving time; ``in-sample``
     uses the served FM's logits on its own training data, which are partly memorised labels (on
-    MovieLens-1M that student ends up worse than the baseline VM: docs/models.md).
+    MovieLens-1M that student was worse than the baseline VM in 1 of 3 seeds, the cross-fitted one
+    in none: docs/models.md).
     """
 
     temperature: float = Field(2.0, gt=0)
