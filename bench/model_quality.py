@@ -21,7 +21,7 @@ import numpy as np
 from solaris import metrics
 from solaris.config import load_config
 from solaris.features import training_features
-from solaris.models.training import EventArrays, out_of_fold_teacher_logits, predict, train_fm, train_vm
+from solaris.models.training import EventArrays, distillation_teacher_logits, predict, train_fm, train_vm
 from solaris.runtime import as_of_arg, setup_logging
 
 log = logging.getLogger("bench.model_quality")
@@ -48,11 +48,13 @@ def main() -> None:
     args = parser.parse_args()
     setup_logging()
     overrides = [f"warehouse={args.warehouse}", *args.overrides]
+    if args.teacher:
+        overrides.append(f"model.distillation.teacher={args.teacher}")
+    if args.folds:
+        overrides.append(f"model.distillation.teacher_folds={args.folds}")
     config = load_config(overrides=overrides)
     fm_config = load_config(overrides=[*overrides, f"model.training.max_epochs={args.fm_epochs}"]) if args.fm_epochs else config
     vm_config = load_config(overrides=[*overrides, f"model.training.threads={args.vm_threads}"])
-    args.teacher = args.teacher or config.model.distillation.teacher
-    args.folds = args.folds or config.model.distillation.teacher_folds
 
     from deltalake import DeltaTable
 
@@ -77,10 +79,7 @@ def main() -> None:
         started = time.monotonic()
         fm = train_fm(train, fm_config, seed, features=train_features)
         fm_seconds = time.monotonic() - started
-        if args.teacher == "cross-fit":
-            teacher_logits = out_of_fold_teacher_logits(train, fm_config, seed, train_features, args.folds)
-        else:
-            _, teacher_logits, _ = predict(fm.model, train_features, with_embeddings=True)
+        teacher_logits, _ = distillation_teacher_logits(train, fm_config, seed, train_features, fm.model)
         baseline = train_vm(train, vm_config, seed, "baseline", features=train_features)
         distilled = train_vm(train, vm_config, seed, "distilled", teacher_logits=teacher_logits, features=train_features)
         result = {"seed": seed, "fm_train_seconds": fm_seconds, "fm_epochs": fm.best_epoch,
@@ -93,7 +92,8 @@ def main() -> None:
         runs.append(result)
         log.info("seed %d: %s", seed, json.dumps({k: v.get("ne", v) if isinstance(v, dict) else v for k, v in result.items()}))
 
-    print(f"\nteacher soft labels: {args.teacher}" + (f" ({args.folds} time folds)" if args.teacher == "cross-fit" else ""))
+    kd = config.model.distillation
+    print(f"\nteacher soft labels: {kd.teacher}" + (f" ({kd.teacher_folds} time folds)" if kd.teacher == "cross-fit" else ""))
     print(f"MovieLens time split: train ts <= {args.as_of:%Y-%m-%d %H:%M}Z ({len(train)} events), "
           f"test {test_rows.size} events in the next {args.eval_days:g} days, {args.seeds} seeds")
     print(f"{'model':<14}{'NE':>18}{'AUC':>18}{'calibration':>18}")

@@ -44,15 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> None:
         from solaris.features import training_features
         from solaris.models.checkpoint import load_checkpoint, save_checkpoint
-        from solaris.models.training import EventArrays, out_of_fold_teacher_logits, predict, train_vm, training_metadata
+        from solaris.models.training import EventArrays, distillation_teacher_logits, train_vm, training_metadata
         from solaris.spark import get_spark
         from solaris.tables import RunRecord, training_events
 
+        if args.teacher:  # a new list: argparse shares the default one between parses
+            args.overrides = [*args.overrides, f"model.distillation.teacher={args.teacher}"]
         config = config_from_args(args)
         output = config.resolve_under_warehouse(args.output or f"models/vm_{args.variant}")
         seed = config.seed if args.seed is None else args.seed
         teacher, teacher_version = None, None
-        teacher_kind = args.teacher or config.model.distillation.teacher
         if args.variant == "distilled":  # refuse a bad teacher before any Spark work
             teacher, meta = load_checkpoint(config.resolve_under_warehouse(args.fm), "fm", config.model.embedding_dim)
             teacher_version = meta["version"]
@@ -62,14 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         events = EventArrays.from_frame(training_events(spark, config, args.as_of))
         features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
         teacher_logits, teacher_info = None, {}
-        if teacher is not None and teacher_kind == "in-sample":
-            _, teacher_logits = predict(teacher, features, with_embeddings=True)[:2]
-            teacher_info = {"teacher": "in-sample"}
-        elif teacher is not None:
-            folds = config.model.distillation.teacher_folds
-            log.info("cross-fitting the teacher: %d FMs, each on %d of %d time folds", folds, folds - 1, folds)
-            teacher_logits = out_of_fold_teacher_logits(events, config, seed, features, folds)
-            teacher_info = {"teacher": "cross-fit", "teacher_folds": folds}
+        if teacher is not None:
+            teacher_logits, teacher_info = distillation_teacher_logits(events, config, seed, features, teacher)
         log.info("training VM[%s] on %d events up to %s", args.variant, len(events), args.as_of)
         result = train_vm(events, config, seed, args.variant, teacher_logits=teacher_logits, features=features)
         metadata = training_metadata(f"vm_{args.variant}", args.as_of, seed, events, result,

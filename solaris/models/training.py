@@ -237,6 +237,24 @@ def out_of_fold_teacher_logits(events: EventArrays, config: SolarisConfig, seed:
     return logits
 
 
+def distillation_teacher_logits(events: EventArrays, config: SolarisConfig, seed: int, features: Features,
+                                served_fm: nn.Module, device="cpu") -> tuple[np.ndarray, dict]:
+    """Soft labels for the distilled VM as ``model.distillation.teacher`` says, and what was used.
+
+    ``in-sample``: the served FM's own logits on its training examples; ``cross-fit``:
+    :func:`out_of_fold_teacher_logits` over ``teacher_folds`` (``served_fm`` then only fixes the
+    role; the fold FMs have the configured architecture). The dict goes into checkpoint metadata.
+    """
+    kd = config.model.distillation
+    if kd.teacher == "in-sample":
+        _, logits, _ = predict(served_fm, features, device=device, with_embeddings=True)
+        return logits, {"teacher": "in-sample"}
+    log.info("cross-fitting the teacher: %d FMs, each on %d of %d time folds", kd.teacher_folds,
+             kd.teacher_folds - 1, kd.teacher_folds)
+    logits = out_of_fold_teacher_logits(events, config, seed, features, kd.teacher_folds, device)
+    return logits, {"teacher": "cross-fit", "teacher_folds": kd.teacher_folds}
+
+
 def train_vm(
     events: EventArrays,
     config: SolarisConfig,
