@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-STAGES = ("candidates", "score", "expire", "user_aggregates", "knn", "impute", "publish")
 
 
 class PeakMemory:
@@ -90,11 +89,10 @@ def build_models(root: Path, config) -> tuple[Path, Path]:
 
 def run_scale(spark_holder: dict, n_events: int, args, model_roots: tuple[Path, Path]) -> dict:
     from solaris.config import load_config
-    from solaris.jobs import candidates, expire, impute, knn, publish, score, user_aggregates
     from solaris.jobs.ingest import ingest
+    from solaris.pipeline import run_cycle
     from solaris.sources import resolve_source
     from solaris.spark import get_spark
-    from solaris.speculation import default_run_id
 
     warehouse = Path(args.work_dir) / f"events-{n_events}"
     shutil.rmtree(warehouse, ignore_errors=True)
@@ -117,24 +115,11 @@ def run_scale(spark_holder: dict, n_events: int, args, model_roots: tuple[Path, 
     result = ingest(spark, config, spec, None, f"ingest-synthetic-{n_events}")
     ingest_seconds = time.perf_counter() - started
     as_of = config.synthetic.start + timedelta(days=config.synthetic.days) - timedelta(hours=1)
-    precompute_id, enrichment_id = default_run_id("precompute", as_of), default_run_id("enrichment", as_of)
-
-    timings, outputs = {}, {}
     with PeakMemory() as memory:
-        for stage, module, run_id, kwargs in (
-            ("candidates", candidates, precompute_id, {}), ("score", score, precompute_id, {}),
-            ("expire", expire, precompute_id, {"vacuum": False}),
-            ("user_aggregates", user_aggregates, enrichment_id, {}), ("knn", knn, enrichment_id, {}),
-            ("impute", impute, enrichment_id, {}), ("publish", publish, enrichment_id, {}),
-        ):
-            begun = time.perf_counter()
-            outputs[stage] = module.run(spark, config, as_of, run_id, **kwargs)
-            timings[stage] = time.perf_counter() - begun
-    pairs = int(outputs["candidates"]["pairs"])
+        cycle = run_cycle(spark, config, as_of)
     return {"events": n_events, "valid_events": result.rows_valid, "users": n_users, "ingest_seconds": ingest_seconds,
-            "pairs": pairs, "verified": int(outputs["score"]["verified"]), "stage_seconds": timings,
-            "total_seconds": sum(timings.values()), "peak_rss_gib": memory.gib,
-            "knn_users": outputs["knn"].get("users")}
+            "pairs": cycle.candidates.pairs, "verified": cycle.score.verified, "stage_seconds": cycle.seconds,
+            "total_seconds": cycle.total_seconds, "peak_rss_gib": memory.gib, "knn_users": cycle.knn.users}
 
 
 def main() -> None:
@@ -154,6 +139,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from solaris.config import load_config
+    from solaris.pipeline import STAGE_NAMES
     from solaris.runtime import setup_logging
 
     setup_logging("WARNING")
@@ -168,7 +154,7 @@ def main() -> None:
         row = run_scale(holder, n_events, args, model_roots)
         results.append(row)
         print(f"ingest {row['valid_events']:,} events ({row['users']:,} users): {row['ingest_seconds']:.1f}s")
-        for stage in STAGES:
+        for stage in STAGE_NAMES:
             seconds = row["stage_seconds"][stage]
             print(f"  {stage:<16}{seconds:>8.1f}s  {row['pairs'] / seconds:>10,.0f} pairs/s")
         print(f"  {'cycle total':<16}{row['total_seconds']:>8.1f}s  {row['pairs'] / row['total_seconds']:>10,.0f} pairs/s"

@@ -21,7 +21,8 @@ from datetime import datetime
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param
 
-from solaris.orchestration import HOURLY_DEFAULT_ARGS, AS_OF_PATTERN, ASSET_AS_OF_TEMPLATE, spark_submit_kwargs
+from solaris.orchestration import HOURLY_DEFAULT_ARGS, AS_OF_PATTERN, ASSET_AS_OF_TEMPLATE, stage_operators
+from solaris.pipeline import ENRICHMENT
 
 PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")
 AS_OF = ["--as-of", ASSET_AS_OF_TEMPLATE]
@@ -40,20 +41,4 @@ with DAG(
                        description="logical time (UTC); empty = the as-of of the triggering precompute run"),
     },
 ) as dag:
-    user_aggregates = SparkSubmitOperator(
-        task_id="user_aggregates", doc_md="Tier 2: 24 h mean of each user's pair embeddings.",
-        **spark_submit_kwargs("user_aggregates", AS_OF),
-    )
-    knn = SparkSubmitOperator(
-        task_id="knn", doc_md="FAISS clusters + KNN over FM user representations; recall@k in `runs`.",
-        **spark_submit_kwargs("knn", AS_OF),
-    )
-    impute = SparkSubmitOperator(
-        task_id="impute", doc_md="Tier 3: impute users without an aggregate from their neighbours.",
-        **spark_submit_kwargs("impute", AS_OF),
-    )
-    publish = SparkSubmitOperator(
-        task_id="publish", doc_md="Quality gate, then the atomic snapshot manifest.",
-        **spark_submit_kwargs("publish", AS_OF),
-    )
-    [user_aggregates, knn] >> impute >> publish
+    stage_operators(SparkSubmitOperator, ENRICHMENT, AS_OF)

@@ -22,7 +22,8 @@ from datetime import datetime
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param, task
 
-from solaris.orchestration import HOURLY_DEFAULT_ARGS, AS_OF_PATTERN, AS_OF_TEMPLATE, spark_submit_kwargs
+from solaris.orchestration import HOURLY_DEFAULT_ARGS, AS_OF_PATTERN, AS_OF_TEMPLATE, stage_operators
+from solaris.pipeline import PRECOMPUTE
 
 PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")
 OVERRIDES = [
@@ -49,25 +50,11 @@ with DAG(
                                     description="keep pairs with verifier probability >= this"),
     },
 ) as dag:
-    candidates = SparkSubmitOperator(
-        task_id="candidates",
-        doc_md="Speculate the pairs of the next horizon (sql/candidates.sql) into `candidates`.",
-        **spark_submit_kwargs("candidates", ["--as-of", AS_OF_TEMPLATE, *OVERRIDES]),
-    )
-    score = SparkSubmitOperator(
-        task_id="score",
-        doc_md="FM + verifier scoring UDF, verifier rule, TTL MERGE into `pair_embeddings`.",
-        **spark_submit_kwargs("score", ["--as-of", AS_OF_TEMPLATE, *OVERRIDES]),
-    )
-    expire = SparkSubmitOperator(
-        task_id="expire",
-        doc_md="Delete rows with `expires_at <= as_of`, then VACUUM with the retention guard on.",
-        **spark_submit_kwargs("expire", ["--as-of", AS_OF_TEMPLATE, *OVERRIDES]),
-    )
+    tasks = stage_operators(SparkSubmitOperator, PRECOMPUTE, ["--as-of", AS_OF_TEMPLATE, *OVERRIDES])
 
     @task(outlets=[PAIR_EMBEDDINGS], doc_md="Emit the pair_embeddings Asset with the run's as-of.")
     def announce(as_of: str, *, outlet_events=None) -> str:
         outlet_events[PAIR_EMBEDDINGS].extra = {"as_of": as_of}
         return as_of
 
-    candidates >> score >> expire >> announce(AS_OF_TEMPLATE)
+    tasks[PRECOMPUTE[-1].name] >> announce(AS_OF_TEMPLATE)

@@ -12,11 +12,21 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from solaris.runtime import job_parser, run_stage
 
 log = logging.getLogger("solaris.candidates")
+
+
+@dataclass(frozen=True)
+class CandidatesResult:
+    """What one speculation run wrote: pairs, distinct users, pairs per source rule."""
+
+    pairs: int
+    users: int
+    by_source: dict[str, int] = field(default_factory=dict)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,7 +53,7 @@ def build_candidates(spark, config, as_of, run_id: str):
     )
 
 
-def run(spark, config, as_of, run_id: str) -> dict:
+def run(spark, config, as_of, run_id: str) -> CandidatesResult:
     from pyspark.sql import functions as F
 
     from solaris.tables import RunRecord, replace_where, table_version
@@ -60,14 +70,14 @@ def run(spark, config, as_of, run_id: str) -> dict:
     record.details = {"users": int(stats["users"]), "by_source": by_source}
     record.write(spark, config, "success")
     log.info("candidates at %s: %d pairs for %d users %s", as_of, stats["pairs"], stats["users"], by_source)
-    return {"pairs": int(stats["pairs"]), "users": int(stats["users"]), "by_source": by_source}
+    return CandidatesResult(pairs=int(stats["pairs"]), users=int(stats["users"]), by_source=by_source)
 
 
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "candidates", "precompute",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
-        report=lambda config, result: f"candidates: {config.table_path('candidates')} pairs={result['pairs']} users={result['users']}",
+        report=lambda config, result: f"candidates: {config.table_path('candidates')} pairs={result.pairs} users={result.users}",
     )
 
 

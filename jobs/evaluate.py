@@ -32,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from solaris.timeutil import utc_stamp
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
 
 log = logging.getLogger("solaris.evaluate")
@@ -147,7 +148,7 @@ def evaluate_seed(spark, config, window, events, features, seed: int, seed_dir: 
     per_tick = []
     for index, tick in enumerate(ticks):
         mine = np.flatnonzero(tick_of == index)
-        manifest = seed_dir / SNAPSHOTS_DIR / f"snapshot-{tick:%Y%m%dT%H%M%SZ}.json"
+        manifest = seed_dir / SNAPSHOTS_DIR / f"snapshot-{utc_stamp(tick)}.json"
         if mine.size:
             rows = served_rows[mine]
             got, tier, age = load_snapshot(manifest).resolve(events.user_id[rows], events.item_id[rows],
@@ -240,7 +241,7 @@ def run(spark, config, t0, name: str | None = None, force: bool = False) -> dict
 
     settings = config.evaluation
     window = evaluation.EvaluationWindow(t0, settings.tail_hours, settings.eval_hours, settings.step_hours)
-    out_dir = config.resolve_under_warehouse(Path(settings.output) / (name or f"t0-{t0:%Y%m%dT%H%M%SZ}"))
+    out_dir = config.resolve_under_warehouse(Path(settings.output) / (name or f"t0-{utc_stamp(t0)}"))
     out_dir.mkdir(parents=True, exist_ok=True)
     fingerprint = evaluation.seed_fingerprint(t0, config)
     log.info("evaluation %s: FM trained up to %s, replay %d ticks to %s, %d seeds", out_dir, window.fm_cutoff,

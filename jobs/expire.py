@@ -14,11 +14,23 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 from solaris.runtime import job_parser, run_stage
 
 log = logging.getLogger("solaris.expire")
+
+
+@dataclass(frozen=True)
+class ExpireResult:
+    """Rows deleted past their TTL, rows left, log rows trimmed, and which maintenance ran."""
+
+    expired: int
+    remaining: int
+    log_trimmed: int
+    optimized: bool
+    vacuumed: bool
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(spark, config, as_of, run_id: str, optimize: bool = False, vacuum: bool = True) -> dict:
+def run(spark, config, as_of, run_id: str, optimize: bool = False, vacuum: bool = True) -> ExpireResult:
     from delta.tables import DeltaTable
 
     from solaris.sql import literal
@@ -39,7 +51,7 @@ def run(spark, config, as_of, run_id: str, optimize: bool = False, vacuum: bool 
     if not table_exists(spark, path):
         log.info("no pair_embeddings table yet at %s: nothing to expire", path)
         record.write(spark, config, "success")
-        return {"expired": 0}
+        return ExpireResult(expired=0, remaining=0, log_trimmed=0, optimized=False, vacuumed=False)
     table = DeltaTable.forPath(spark, path)
     cutoff = literal(as_of)
     expired = spark.read.format("delta").load(path).where(f"expires_at <= {cutoff}").count()
@@ -63,18 +75,19 @@ def run(spark, config, as_of, run_id: str, optimize: bool = False, vacuum: bool 
     remaining = spark.read.format("delta").load(path).count()
     record.rows_in, record.rows_out = expired + remaining, remaining
     record.table_versions = {"pair_embeddings": table_version(spark, path)}
-    record.details = {"expired": expired, "remaining": remaining, "log_trimmed": trimmed, "optimized": optimize,
-                      "vacuumed": vacuum}
+    result = ExpireResult(expired=expired, remaining=remaining, log_trimmed=trimmed, optimized=optimize,
+                          vacuumed=vacuum)
+    record.details = asdict(result)
     record.write(spark, config, "success")
     log.info("expired %d pair embeddings with expires_at <= %s; %d remain", expired, as_of, remaining)
-    return record.details
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "expire", "precompute",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id, args.optimize, not args.no_vacuum),
-        report=lambda config, result: f"expired={result['expired']} from {config.table_path('pair_embeddings')}",
+        report=lambda config, result: f"expired={result.expired} from {config.table_path('pair_embeddings')}",
     )
 
 

@@ -1,4 +1,9 @@
-"""Speculation hit rate of a precompute run, measured against the requests that then arrived.
+"""Replay measurements: speculation hit rate of a precompute run, and coverage of a snapshot.
+
+Both read events *after* the tick, so they only make sense in replays and backfills, and never
+feed a decision; :func:`solaris.pipeline.run_cycle` runs them with ``measure=True``.
+
+Hit rate:
 
 For the run at ``t``: of the events in ``(t, t + horizon]`` (the requests the run speculated on),
 which share had their (user, item) pair among the run's candidates, and among its verified pairs
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import dataclass
 from datetime import timedelta
 
 from solaris.runtime import job_parser, run_stage
@@ -22,39 +28,113 @@ from solaris.runtime import job_parser, run_stage
 log = logging.getLogger("solaris.hit_rate")
 
 
+@dataclass(frozen=True)
+class PairSetHits:
+    """How one set of speculated pairs met the requests: size, hits, hit rate, precision."""
+
+    pairs: int
+    hits: int
+    hit_rate: float | None  # hits / requests (None without requests)
+    precision: float | None  # hits / pairs (None for an empty set)
+
+
+@dataclass(frozen=True)
+class HitRateResult:
+    """Requests of ``(t, t + horizon]`` and how the run's candidates and verified pairs covered them."""
+
+    requests: int
+    horizon_end: str
+    candidates: PairSetHits
+    verified: PairSetHits
+
+    def details(self) -> dict:
+        """The flat ``runs.details`` layout readers of the audit table rely on."""
+        flat: dict = {"requests": self.requests, "horizon_end": self.horizon_end}
+        for name, hits in (("candidates", self.candidates), ("verified", self.verified)):
+            flat[name], flat[f"{name}_hits"] = hits.pairs, hits.hits
+            flat[f"{name}_hit_rate"], flat[f"{name}_precision"] = hits.hit_rate, hits.precision
+        return flat
+
+
+@dataclass(frozen=True)
+class CoverageResult:
+    """Requests of ``(t, t + 1h]`` resolved through the snapshot published at ``t``: share per tier."""
+
+    requests: int
+    snapshot_id: str
+    shares: dict[str, float]  # tier1/tier2/tier3/none and cumulative_tier1..3 (resolver.coverage)
+
+    def cumulative(self, tier: int) -> float:
+        """Share of requests served by tiers 1..``tier``."""
+        return self.shares.get(f"cumulative_tier{tier}", 0.0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris hit-rate", __doc__)
 
 
-def run(spark, config, as_of, run_id: str) -> dict:
+def run(spark, config, as_of, run_id: str) -> HitRateResult:
     from pyspark.sql import functions as F
 
     from solaris.tables import RunRecord
 
     horizon_end = as_of + timedelta(hours=config.precompute.horizon_hours)
-    requests = (
-        spark.read.format("delta").load(config.table_path("events"))
-        .where((F.col("ts") > F.lit(as_of)) & (F.col("ts") <= F.lit(horizon_end)))
-        .select("user_id", "item_id").distinct()
-    )
-    candidates = spark.read.format("delta").load(config.table_path("candidates")).where(F.col("run_id") == run_id)
-    verified = spark.read.format("delta").load(config.table_path("pair_embeddings")).where(F.col("run_id") == run_id)
-    n_requests = requests.count()
-    figures: dict[str, float | int | None] = {"requests": n_requests, "horizon_end": horizon_end.isoformat()}
-    for name, pairs in (("candidates", candidates), ("verified", verified)):
-        pairs = pairs.select("user_id", "item_id").distinct()
-        size = pairs.count()
-        hits = requests.join(pairs, ["user_id", "item_id"], "left_semi").count()
-        figures[f"{name}"] = size
-        figures[f"{name}_hits"] = hits
-        figures[f"{name}_hit_rate"] = hits / n_requests if n_requests else None
-        figures[f"{name}_precision"] = hits / size if size else None
+    keys = ["user_id", "item_id"]
+
+    def flagged(frame, flag: str):
+        return frame.select(*keys).distinct().withColumn(flag, F.lit(True))
+
+    requests = flagged(spark.read.format("delta").load(config.table_path("events"))
+                       .where((F.col("ts") > F.lit(as_of)) & (F.col("ts") <= F.lit(horizon_end))), "is_request")
+    candidates = flagged(spark.read.format("delta").load(config.table_path("candidates"))
+                         .where(F.col("run_id") == run_id), "is_candidate")
+    verified = flagged(spark.read.format("delta").load(config.table_path("pair_embeddings"))
+                       .where(F.col("run_id") == run_id), "is_verified")
+    # One pass (one Spark action) over the union of the three pair sets instead of one count each.
+    both = requests.join(candidates, keys, "full_outer").join(verified, keys, "full_outer")
+    request = F.coalesce(F.col("is_request"), F.lit(False))
+    counts = both.agg(
+        F.count_if(request).alias("requests"),
+        F.count_if(F.col("is_candidate")).alias("candidates"),
+        F.count_if(request & F.col("is_candidate")).alias("candidates_hits"),
+        F.count_if(F.col("is_verified")).alias("verified"),
+        F.count_if(request & F.col("is_verified")).alias("verified_hits"),
+    ).collect()[0]
+    n_requests = int(counts["requests"])
+
+    def pair_set(name: str) -> PairSetHits:
+        size, hits = int(counts[name]), int(counts[f"{name}_hits"])
+        return PairSetHits(pairs=size, hits=hits, hit_rate=hits / n_requests if n_requests else None,
+                           precision=hits / size if size else None)
+
+    result = HitRateResult(requests=n_requests, horizon_end=horizon_end.isoformat(),
+                           candidates=pair_set("candidates"), verified=pair_set("verified"))
     record = RunRecord(run_id=run_id, job="hit_rate", as_of=as_of, rows_in=n_requests,
-                       rows_out=int(figures["verified_hits"]), details=figures)
+                       rows_out=result.verified.hits, details=result.details())
     record.write(spark, config, "success")
     log.info("run %s: %d requests in the horizon; hit rate candidates %s, verified %s", run_id, n_requests,
-             _pct(figures["candidates_hit_rate"]), _pct(figures["verified_hit_rate"]))
-    return figures
+             _pct(result.candidates.hit_rate), _pct(result.verified.hit_rate))
+    return result
+
+
+def coverage(spark, config, as_of, manifest_path: str, run_id: str) -> CoverageResult:
+    """Resolve the next hour's requests through the snapshot just published; share per tier."""
+    from solaris.serving.resolver import coverage as tier_shares
+    from solaris.serving.resolver import load_snapshot
+    from solaris.tables import RunRecord, events_until
+
+    requests = events_until(spark, config, as_of + timedelta(hours=1), since=as_of)
+    tables = load_snapshot(manifest_path)
+    _, tiers, _ = tables.resolve(requests["user_id"].to_numpy(), requests["item_id"].to_numpy(),
+                                 requests["ts"].to_numpy().astype("float64"))
+    result = CoverageResult(requests=len(requests), snapshot_id=tables.snapshot_id,
+                            shares=tier_shares(tiers) if len(requests) else {})
+    RunRecord(run_id=run_id, job="coverage", as_of=as_of, rows_in=len(requests),
+              details={"requests": len(requests), "snapshot": tables.snapshot_id, **result.shares}
+              ).write(spark, config, "success")
+    log.info("coverage of %d requests in (%s, +1h] via %s: tier1 %.1f%%, <=2 %.1f%%, <=3 %.1f%%", len(requests),
+             as_of, tables.snapshot_id, *(100 * result.cumulative(tier) for tier in (1, 2, 3)))
+    return result
 
 
 def _pct(value) -> str:
@@ -65,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "hit-rate", "precompute",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
-        report=lambda config, result: (f"hit rate: candidates {_pct(result['candidates_hit_rate'])}, verified {_pct(result['verified_hit_rate'])} "
-                f"of {result['requests']} requests"),
+        report=lambda config, result: (f"hit rate: candidates {_pct(result.candidates.hit_rate)}, "
+                                       f"verified {_pct(result.verified.hit_rate)} of {result.requests} requests"),
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 from solaris.runtime import job_parser, run_stage
@@ -24,11 +25,20 @@ SCHEMA = ("user_id long, embedding binary, n_neighbors int, mean_similarity floa
           "expires_at timestamp, fm_version string, run_id string")
 
 
+@dataclass(frozen=True)
+class ImputeResult:
+    """Users without a servable aggregate, how many of them got a tier-3 value, how many could not."""
+
+    users_without_aggregate: int
+    imputed: int
+    not_imputable: int
+
+
 def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris impute", __doc__)
 
 
-def run(spark, config, as_of, run_id: str) -> dict:
+def run(spark, config, as_of, run_id: str) -> ImputeResult:
     import pandas as pd
     from pyspark.sql import functions as F
 
@@ -83,18 +93,18 @@ def run(spark, config, as_of, run_id: str) -> dict:
     n_written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id).count()
     record.rows_in, record.rows_out = n_missing, n_written
     record.table_versions = {"imputed_embeddings": table_version(spark, path)}
-    record.details = {"users_without_aggregate": n_missing, "imputed": n_written,
-                      "not_imputable": n_missing - n_written}
+    result = ImputeResult(users_without_aggregate=n_missing, imputed=n_written, not_imputable=n_missing - n_written)
+    record.details = asdict(result)
     record.write(spark, config, "success")
     log.info("impute at %s: %d users without an aggregate, %d imputed from neighbours", as_of, n_missing, n_written)
-    return record.details
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "impute", "enrichment",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
-        report=lambda config, result: f"imputed_embeddings: {config.table_path('imputed_embeddings')} imputed={result['imputed']}",
+        report=lambda config, result: f"imputed_embeddings: {config.table_path('imputed_embeddings')} imputed={result.imputed}",
     )
 
 

@@ -15,10 +15,28 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import dataclass
 
 from solaris.runtime import job_parser, run_stage
 
 log = logging.getLogger("solaris.knn")
+
+
+@dataclass(frozen=True)
+class KnnResult:
+    """Users searched, the index used, and recall@k of the written neighbours against exact search."""
+
+    users: int
+    clusters: int
+    nprobe: int
+    k: int
+    recall: float
+    fm_version: str
+
+    def details(self) -> dict:
+        """``runs.details`` layout (recall keyed by its k, as the audit table has always had it)."""
+        return {"users": self.users, "clusters": self.clusters, "nprobe": self.nprobe, "k": self.k,
+                f"recall_at_{self.k}": self.recall, "fm_version": self.fm_version}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(spark, config, as_of, run_id: str, fm_path: str | None = None) -> dict:
+def run(spark, config, as_of, run_id: str, fm_path: str | None = None) -> KnnResult:
     import numpy as np
     import pandas as pd
     from pyspark import StorageLevel
@@ -92,12 +110,13 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None) -> dict:
         recall = _recall(spark, vectors, path, enrichment, dim, config.seed, n_users)
         record.rows_in, record.rows_out = n_users, spark.read.format("delta").load(path).count()
         record.table_versions = {"user_neighbors": table_version(spark, path)}
-        record.details = {"users": n_users, "clusters": int(centroids.shape[0]), "nprobe": nprobe,
-                          "k": enrichment.knn_k, f"recall_at_{enrichment.knn_k}": recall, "fm_version": fm_meta["version"]}
+        result = KnnResult(users=n_users, clusters=int(centroids.shape[0]), nprobe=nprobe, k=enrichment.knn_k,
+                           recall=recall, fm_version=fm_meta["version"])
+        record.details = result.details()
         record.write(spark, config, "success")
         log.info("knn at %s: %d users, %d clusters, nprobe %d, recall@%d vs exact = %.3f", as_of, n_users,
                  centroids.shape[0], nprobe, enrichment.knn_k, recall)
-        return record.details
+        return result
     finally:
         vectors.unpersist()
 
@@ -152,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "knn", "enrichment",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id, args.fm),
-        report=lambda config, result: (f"user_neighbors: {config.table_path('user_neighbors')} users={result['users']} "
-                f"recall@{result['k']}={result['recall_at_' + str(result['k'])]:.3f}"),
+        report=lambda config, result: (f"user_neighbors: {config.table_path('user_neighbors')} users={result.users} "
+                                       f"recall@{result.k}={result.recall:.3f}"),
     )
 
 

@@ -16,12 +16,23 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import dataclass, field
 
 from solaris.runtime import job_parser, run_stage
 
 log = logging.getLogger("solaris.publish")
 
 EMBEDDING_TABLES = ("pair_embeddings", "user_embeddings", "imputed_embeddings")
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """The manifest written, servable rows per tier table, and the share of known users covered."""
+
+    manifest: str
+    coverage: float
+    users_known: int
+    row_counts: dict[str, int] = field(default_factory=dict)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +57,7 @@ def _bad_rows(frame, dim: int) -> int:
     return int(result or 0)
 
 
-def run(spark, config, as_of, run_id: str) -> dict:
+def run(spark, config, as_of, run_id: str) -> PublishResult:
     from pyspark.sql import functions as F
 
     from solaris.runtime import JobInputError
@@ -59,6 +70,7 @@ def run(spark, config, as_of, run_id: str) -> dict:
         write_manifest,
     )
     from solaris.tables import RunRecord, table_exists, table_version
+    from solaris.timeutil import utc_stamp
 
     dim = config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="publish", as_of=as_of)
@@ -105,7 +117,7 @@ def run(spark, config, as_of, run_id: str) -> dict:
                        .load(pinned["path"]).where(F.col("expires_at") > F.lit(as_of))
                        .select("fm_version").distinct().collect()}
     manifest = {
-        "snapshot_id": f"snapshot-{as_of:%Y%m%dT%H%M%SZ}",
+        "snapshot_id": f"snapshot-{utc_stamp(as_of)}",
         "as_of": as_of.isoformat(),
         "run_id": run_id,
         "embedding_dim": dim,
@@ -120,14 +132,14 @@ def run(spark, config, as_of, run_id: str) -> dict:
     record.details["manifest"] = str(path)
     record.write(spark, config, "success")
     log.info("published %s: %s servable rows, coverage %.1f%% of %d known users", path, counts, 100 * coverage, n_known)
-    return {"manifest": str(path), **record.details}
+    return PublishResult(manifest=str(path), coverage=coverage, users_known=n_known, row_counts=counts)
 
 
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "publish", "enrichment",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
-        report=lambda config, result: f"snapshot: {result['manifest']} coverage={result['coverage']:.3f}",
+        report=lambda config, result: f"snapshot: {result.manifest} coverage={result.coverage:.3f}",
     )
 
 

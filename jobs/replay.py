@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from datetime import timedelta
 
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
 
@@ -36,78 +35,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def ticks(start, end, step_hours: float) -> list:
-    if step_hours <= 0:
-        raise ValueError("--step-hours must be positive")
-    out, current = [], start
-    while current < end:
-        out.append(current)
-        current += timedelta(hours=step_hours)
-    return out
-
-
 def _done(spark, config, run_id: str) -> bool:
     from pyspark.sql import functions as F
 
+    from solaris.pipeline import LAST_MEASURE
     from solaris.tables import table_exists
 
     path = config.table_path("runs")
     if not table_exists(spark, path):
         return False
     runs = spark.read.format("delta").load(path)
-    return runs.where((F.col("run_id") == run_id) & (F.col("job") == "coverage") & (F.col("status") == "success")).limit(1).count() > 0
+    done = (F.col("run_id") == run_id) & (F.col("job") == LAST_MEASURE) & (F.col("status") == "success")
+    return runs.where(done).limit(1).count() > 0
 
 
-def run(spark, config, start, end, step_hours: float = 1.0, force: bool = False) -> list[dict]:
-    from solaris.jobs import candidates, expire, hit_rate, impute, knn, publish, score, user_aggregates
+def run(spark, config, start, end, step_hours: float = 1.0, force: bool = False) -> list:
+    """Run :func:`solaris.pipeline.run_cycle` (with the replay measurements) at every tick."""
+    from solaris.pipeline import run_cycle, run_ids, tick_schedule
     from solaris.runtime import JobInputError
-    from solaris.speculation import default_run_id
 
-    schedule = ticks(start, end, step_hours)
+    schedule = tick_schedule(start, end, step_hours)
     if not schedule:
         raise JobInputError(f"empty replay range [{start}, {end})")
     summary = []
     for index, tick in enumerate(schedule, 1):
-        run_id = default_run_id("precompute", tick)
-        if not force and _done(spark, config, default_run_id("enrichment", tick)):
-            log.info("tick %d/%d %s already done (run %s): skipped", index, len(schedule), tick, run_id)
+        if not force and _done(spark, config, run_ids(tick)["enrichment"]):
+            log.info("tick %d/%d %s already done: skipped", index, len(schedule), tick)
             continue
         log.info("tick %d/%d: %s", index, len(schedule), tick)
-        produced = candidates.run(spark, config, tick, run_id)
-        scored = score.run(spark, config, tick, run_id)
-        hits = hit_rate.run(spark, config, tick, run_id)
-        expired = expire.run(spark, config, tick, run_id, vacuum=(index == len(schedule)))
-        enrichment_id = default_run_id("enrichment", tick)
-        user_aggregates.run(spark, config, tick, enrichment_id)
-        neighbours = knn.run(spark, config, tick, enrichment_id)
-        impute.run(spark, config, tick, enrichment_id)
-        published = publish.run(spark, config, tick, enrichment_id)
-        served = coverage(spark, config, tick, published["manifest"], enrichment_id)
-        summary.append({"as_of": tick.isoformat(), "candidates": produced["pairs"], **{k: scored[k] for k in (
-            "verified", "written", "quarantined")}, "expired": expired["expired"],
-            "requests": hits["requests"], "candidates_hit_rate": hits["candidates_hit_rate"],
-            "verified_hit_rate": hits["verified_hit_rate"], f"knn_recall_at_{neighbours['k']}":
-            neighbours[f"recall_at_{neighbours['k']}"], **{f"coverage_{k}": v for k, v in served.items()
-                                                          if k.startswith("cumulative")}})
+        summary.append(run_cycle(spark, config, tick, measure=True, vacuum=(index == len(schedule))))
     return summary
 
 
-def coverage(spark, config, tick, manifest_path: str, run_id: str) -> dict:
-    """Resolve the next hour's requests through the snapshot just published; share per tier."""
-    from solaris.serving.resolver import coverage as tier_shares
-    from solaris.serving.resolver import load_snapshot
-    from solaris.tables import RunRecord, events_until
-
-    requests = events_until(spark, config, tick + timedelta(hours=1), since=tick)
-    tables = load_snapshot(manifest_path)
-    _, tiers, _ = tables.resolve(requests["user_id"].to_numpy(), requests["item_id"].to_numpy(),
-                                 requests["ts"].to_numpy().astype("float64"))
-    shares = tier_shares(tiers) if len(requests) else {}
-    RunRecord(run_id=run_id, job="coverage", as_of=tick, rows_in=len(requests),
-              details={"requests": len(requests), "snapshot": tables.snapshot_id, **shares}).write(spark, config, "success")
-    log.info("coverage of %d requests in (%s, +1h] via %s: tier1 %.1f%%, <=2 %.1f%%, <=3 %.1f%%", len(requests), tick,
-             tables.snapshot_id, *(100 * shares.get(f"cumulative_tier{c}", 0.0) for c in (1, 2, 3)))
-    return shares
+def summary_line(cycle) -> str:
+    """One printable line per replayed tick: counts, hit rates, KNN recall, coverage by tier."""
+    rate = lambda value: "n/a" if value is None else f"{value:.3f}"  # noqa: E731
+    parts = [f"as_of={cycle.as_of.isoformat()}", f"candidates={cycle.candidates.pairs}",
+             f"verified={cycle.score.verified}", f"written={cycle.score.written}",
+             f"quarantined={cycle.score.quarantined}", f"expired={cycle.expire.expired}",
+             f"requests={cycle.hit_rate.requests}", f"candidates_hit_rate={rate(cycle.hit_rate.candidates.hit_rate)}",
+             f"verified_hit_rate={rate(cycle.hit_rate.verified.hit_rate)}",
+             f"knn_recall_at_{cycle.knn.k}={cycle.knn.recall:.3f}"]
+    parts += [f"coverage_tiers1-{tier}={cycle.coverage.cumulative(tier):.3f}" for tier in (1, 2, 3)]
+    parts.append(f"seconds={cycle.total_seconds:.1f}")
+    return " ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
         spark = get_spark(config, "replay")
         summary = run(spark, config, args.start, args.end, args.step_hours, args.force)
-        for row in summary:
-            print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+        for cycle in summary:
+            print(summary_line(cycle))
         print(f"replayed {len(summary)} ticks into {config.table_path('pair_embeddings')}")
 
     return run_job("replay", body)

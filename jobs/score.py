@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import asdict, dataclass
 
 from solaris.runtime import JobInputError, job_parser, run_stage
 
@@ -33,6 +34,19 @@ PAIR_COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
+class ScoreResult:
+    """Counts of one scoring run (candidates >= verified = written + quarantined) and its models."""
+
+    candidates: int
+    verified: int
+    written: int
+    quarantined: int
+    effective_threshold: float | None
+    fm_version: str
+    verifier_version: str
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = job_parser("solaris score", __doc__)
     parser.add_argument("--fm", help="FM checkpoint under the warehouse (default: precompute.fm_checkpoint)")
@@ -41,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_path: str | None = None,
-        load_log_dir: str | None = None) -> dict:
+        load_log_dir: str | None = None) -> ScoreResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -123,15 +137,16 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_
         n_written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id).count()
         record.rows_in, record.rows_out, record.rows_quarantined = n_candidates, n_written, n_quarantined
         record.table_versions = {"pair_embeddings": table_version(spark, path)}
-        record.details = {
-            "candidates": n_candidates, "verified": n_verified, "written": n_written, "quarantined": n_quarantined,
-            "effective_threshold": None if threshold == float("inf") else threshold,
-            "fm_version": fm_meta["version"], "verifier_version": verifier_meta["version"],
-        }
+        result = ScoreResult(
+            candidates=n_candidates, verified=n_verified, written=n_written, quarantined=n_quarantined,
+            effective_threshold=None if threshold == float("inf") else threshold,
+            fm_version=fm_meta["version"], verifier_version=verifier_meta["version"],
+        )
+        record.details = asdict(result)
         record.write(spark, config, "success")
         log.info("run %s: %d candidates -> %d verified (threshold %.4f) -> %d written, %d quarantined",
                  run_id, n_candidates, n_verified, threshold, n_written, n_quarantined)
-        return record.details
+        return result
     finally:
         scored.unpersist()
 
@@ -140,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "score", "precompute",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id, args.fm, args.verifier),
-        report=lambda config, result: (f"pair_embeddings: {config.table_path('pair_embeddings')} written={result['written']} "
-                f"verified={result['verified']} candidates={result['candidates']} quarantined={result['quarantined']}"),
+        report=lambda config, result: (f"pair_embeddings: {config.table_path('pair_embeddings')} written={result.written} "
+                f"verified={result.verified} candidates={result.candidates} quarantined={result.quarantined}"),
     )
 
 

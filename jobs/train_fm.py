@@ -13,6 +13,7 @@ import argparse
 import logging
 import sys
 
+from solaris.timeutil import utc_stamp
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
 
 log = logging.getLogger("solaris.train_fm")
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         seed = config.seed if args.seed is None else args.seed
         device = pick_device(args.device != "cpu") if args.device != "cuda" else "cuda"
         spark = get_spark(config, "train-fm")
-        run_id = args.run_id or f"train_fm-{args.as_of:%Y%m%dT%H%M%S}-s{seed}"
+        run_id = args.run_id or f"train_fm-{utc_stamp(args.as_of)}-s{seed}"
         record = RunRecord(run_id=run_id, job="train_fm", as_of=args.as_of)
         events = EventArrays.from_frame(training_events(spark, config, args.as_of))
         log.info("training FM on %d events (%d users) up to %s on %s", len(events), len(set(events.user_id)), args.as_of, device)

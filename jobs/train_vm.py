@@ -19,6 +19,7 @@ import argparse
 import logging
 import sys
 
+from solaris.timeutil import utc_stamp
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
 
 log = logging.getLogger("solaris.train_vm")
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             teacher, meta = load_checkpoint(config.resolve_under_warehouse(args.fm), "fm", config.model.embedding_dim)
             teacher_version = meta["version"]
         spark = get_spark(config, f"train-vm-{args.variant}")
-        run_id = args.run_id or f"train_vm_{args.variant}-{args.as_of:%Y%m%dT%H%M%S}-s{seed}"
+        run_id = args.run_id or f"train_vm_{args.variant}-{utc_stamp(args.as_of)}-s{seed}"
         record = RunRecord(run_id=run_id, job=f"train_vm_{args.variant}", as_of=args.as_of)
         events = EventArrays.from_frame(training_events(spark, config, args.as_of))
         features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)

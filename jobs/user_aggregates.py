@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 from solaris.runtime import job_parser, run_stage
@@ -24,11 +25,20 @@ SCHEMA = ("user_id long, embedding binary, n_pairs int, window_start timestamp, 
           "computed_at timestamp, expires_at timestamp, fm_version string, run_id string")
 
 
+@dataclass(frozen=True)
+class UserAggregatesResult:
+    """Users whose tier-2 aggregate this run wrote, from how many pair embeddings, since when."""
+
+    users: int
+    pairs: int
+    window_start: str | None
+
+
 def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris user-aggregates", __doc__)
 
 
-def run(spark, config, as_of, run_id: str) -> dict:
+def run(spark, config, as_of, run_id: str) -> UserAggregatesResult:
     import pandas as pd
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -45,7 +55,7 @@ def run(spark, config, as_of, run_id: str) -> dict:
     if not table_exists(spark, log_path):
         log.warning("no pair_embeddings_log yet at %s: no user aggregates", log_path)
         record.write(spark, config, "success")
-        return {"users": 0, "pairs": 0}
+        return UserAggregatesResult(users=0, pairs=0, window_start=None)
     latest = Window.partitionBy("user_id", "item_id").orderBy(F.col("computed_at").desc())
     pairs = (
         spark.read.format("delta").load(log_path)
@@ -76,18 +86,20 @@ def run(spark, config, as_of, run_id: str) -> dict:
     record.rows_out = int(stats["users"])
     record.rows_in = int(stats["pairs"])
     record.table_versions = {"user_embeddings": table_version(spark, path)}
-    record.details = {"users": int(stats["users"]), "pairs": int(stats["pairs"]), "window_start": window_start.isoformat()}
+    result = UserAggregatesResult(users=int(stats["users"]), pairs=int(stats["pairs"]),
+                                  window_start=window_start.isoformat())
+    record.details = asdict(result)
     record.write(spark, config, "success")
     log.info("user aggregates at %s: %d users from %d pair embeddings computed since %s",
              as_of, stats["users"], stats["pairs"], window_start)
-    return record.details
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "user-aggregates", "enrichment",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
-        report=lambda config, result: f"user_embeddings: {config.table_path('user_embeddings')} users={result['users']}",
+        report=lambda config, result: f"user_embeddings: {config.table_path('user_embeddings')} users={result.users}",
     )
 
 

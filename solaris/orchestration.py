@@ -12,8 +12,10 @@ import os
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from solaris.config import REPO_ROOT, load_config
+from solaris.pipeline import Stage
 from solaris.spark import delta_jars
 
 JOBS_DIR = REPO_ROOT / "jobs"
@@ -48,6 +50,20 @@ def job_application(job: str) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"no spark-submit entry point {path}")
     return str(path)
+
+
+def stage_operators(operator: Callable[..., Any], stages: Sequence[Stage], application_args: list[str]) -> dict[str, Any]:
+    """One spark-submit task per pipeline stage, wired as the pipeline definition says.
+
+    Called inside a ``with DAG(...)`` block with ``SparkSubmitOperator`` (passed in, so this module
+    never imports Airflow); returns the tasks by stage name.
+    """
+    tasks = {stage.name: operator(task_id=stage.name, doc_md=stage.doc, **spark_submit_kwargs(stage.name, application_args))
+             for stage in stages}
+    for stage in stages:
+        for upstream in stage.upstream:
+            tasks[upstream] >> tasks[stage.name]
+    return tasks
 
 
 def spark_submit_kwargs(job: str, application_args: list[str]) -> dict:

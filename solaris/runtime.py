@@ -110,7 +110,7 @@ def run_stage(parser: argparse.ArgumentParser, argv: list[str] | None, name: str
 
     def body() -> None:
         from solaris.spark import get_spark
-        from solaris.speculation import default_run_id
+        from solaris.timeutil import default_run_id
 
         config = config_from_args(args)
         spark = get_spark(config, name)

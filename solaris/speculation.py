@@ -11,16 +11,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import numpy as np
 
 from solaris.config import CandidateConfig, VerifierConfig
-
-
-def default_run_id(stage: str, as_of: datetime) -> str:
-    """Deterministic run id: one hourly run of a stage is one id, whoever triggers it."""
-    return f"{stage}-{as_of.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}"
 
 
 def candidate_params(config: CandidateConfig, as_of: datetime) -> dict:

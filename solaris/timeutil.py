@@ -5,6 +5,21 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 
+STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
+
+
+def utc_stamp(moment: datetime) -> str:
+    """Compact UTC stamp ``20001201T000000Z`` used in run ids, snapshot ids and file names."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).strftime(STAMP_FORMAT)
+
+
+def default_run_id(stage: str, as_of: datetime) -> str:
+    """Deterministic run id: one hourly run of a stage is one id, whoever triggers it."""
+    return f"{stage}-{utc_stamp(as_of)}"
+
+
 def parse_utc(value: str | datetime) -> datetime:
     """Parse ``2026-01-01T05:00:00Z`` / ``2026-01-01 05:00`` / epoch seconds into an aware UTC datetime."""
     if isinstance(value, datetime):

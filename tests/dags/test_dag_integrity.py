@@ -99,3 +99,23 @@ def test_replay_dag_runs_the_evaluation_only_when_asked(dagbag):
     for key, bad in (("seeds", 0), ("eval_hours", 0), ("tail_hours", -3), ("evaluate", "yes")):
         with pytest.raises(ParamValidationError):
             dag.params.get_param(key).resolve(bad)
+
+
+@pytest.mark.parametrize("dag_id, half", [("solaris_precompute", "PRECOMPUTE"), ("solaris_enrichment", "ENRICHMENT")])
+def test_each_hourly_dag_runs_exactly_the_pipeline_definition(dagbag, dag_id, half):
+    """The DAGs' stage tasks and their wiring are the ones solaris.pipeline defines for replays and tests."""
+    from solaris import pipeline
+
+    stages = getattr(pipeline, half)
+    dag = dagbag.dags[dag_id]
+    spark_tasks = {task.task_id for task in dag.tasks if task.task_type == "SparkSubmitOperator"}
+    assert spark_tasks == {stage.name for stage in stages}
+    for stage in stages:
+        task = dag.get_task(stage.name)
+        assert task.upstream_task_ids == set(stage.upstream), stage.name
+        assert Path(task.application).stem == stage.name
+    # the definition's order is a valid execution order: every stage after its upstream ones
+    seen: set[str] = set()
+    for stage in stages:
+        assert set(stage.upstream) <= seen, stage.name
+        seen.add(stage.name)

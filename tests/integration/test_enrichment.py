@@ -46,10 +46,10 @@ def test_replay_fills_every_tier_and_coverage_grows_with_the_hierarchy(spark, re
     config, summary = replayed
     assert len(summary) == 2
     for tick in summary:
-        assert tick["coverage_cumulative_tier1"] <= tick["coverage_cumulative_tier2"] <= tick["coverage_cumulative_tier3"]
-        assert 0 <= tick["knn_recall_at_5"] <= 1
+        assert tick.coverage.cumulative(1) <= tick.coverage.cumulative(2) <= tick.coverage.cumulative(3)
+        assert tick.knn.k == 5 and 0 <= tick.knn.recall <= 1
     last = summary[-1]
-    assert last["coverage_cumulative_tier3"] > last["coverage_cumulative_tier1"]
+    assert last.coverage.cumulative(3) > last.coverage.cumulative(1)
     assert _table(spark, config, "user_embeddings").count() > 0
     assert _table(spark, config, "imputed_embeddings").count() > 0
 

@@ -18,7 +18,7 @@ from solaris.jobs.ingest import ingest
 from solaris.models.checkpoint import load_checkpoint, save_checkpoint
 from solaris.models.training import EventArrays, train_fm, train_vm
 from solaris.sources import resolve_source
-from solaris.speculation import default_run_id
+from solaris.timeutil import default_run_id
 from tests.conftest import TEST_OVERRIDES, table_checksum
 
 SMALL = [
@@ -64,10 +64,10 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
     config = world
     load_log = tmp_path / "loads"
     run_id, candidates, scored = _cycle(spark, config, T0, load_log_dir=str(load_log))
-    assert candidates["pairs"] > 0 and set(candidates["by_source"]) & {"cooc", "cooc,trending"}
-    assert candidates["pairs"] == scored["candidates"] >= scored["verified"] == scored["written"] + scored["quarantined"]
-    assert 0 < scored["written"] <= 600 < scored["candidates"]  # the verifier's budget really filters
-    assert scored["effective_threshold"] >= 0.3
+    assert candidates.pairs > 0 and set(candidates.by_source) & {"cooc", "cooc,trending"}
+    assert candidates.pairs == scored.candidates >= scored.verified == scored.written + scored.quarantined
+    assert 0 < scored.written <= 600 < scored.candidates  # the verifier's budget really filters
+    assert scored.effective_threshold >= 0.3
 
     pairs = _table(spark, config, "pair_embeddings").toPandas()
     assert (pairs["verifier_score"] >= 0.3).all()
@@ -94,16 +94,16 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
     # models were loaded once per Python worker, not per Arrow batch (200 rows -> many batches)
     loads = [line for path in load_log.glob("loads-*.log") for line in path.read_text().splitlines()]
     workers = len(list(load_log.glob("loads-*.log")))
-    assert len(loads) == 2 * workers and scored["candidates"] / 200 > workers
+    assert len(loads) == 2 * workers and scored.candidates / 200 > workers
 
     # speculation hit rate against the events that arrived in (T0, T0 + 1h]
     from solaris.jobs import hit_rate
 
     figures = hit_rate.run(spark, config, T0, run_id)
-    assert figures["candidates"] == scored["candidates"] and figures["verified"] == scored["written"]
-    assert figures["candidates_hits"] >= figures["verified_hits"] >= 0
-    if figures["requests"]:
-        assert 0 <= figures["verified_hit_rate"] <= figures["candidates_hit_rate"] <= 1
+    assert figures.candidates.pairs == scored.candidates and figures.verified.pairs == scored.written
+    assert figures.candidates.hits >= figures.verified.hits >= 0
+    if figures.requests:
+        assert 0 <= figures.verified.hit_rate <= figures.candidates.hit_rate <= 1
 
     # rerun of the same run: identical table content
     before = {name: _checksum(spark, config, name) for name in ("candidates", "pair_embeddings")}
@@ -127,7 +127,7 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
     assert 0 < due < len(after)
     result = expire_job.run(spark, config, cutoff, default_run_id("precompute", cutoff))
     remaining = _table(spark, config, "pair_embeddings").toPandas()
-    assert result["expired"] == due and len(remaining) == len(after) - due
+    assert result.expired == due and len(remaining) == len(after) - due
     assert (remaining["expires_at"] > cutoff.replace(tzinfo=None)).all()
 
     # readers without Spark
@@ -159,7 +159,7 @@ def test_nan_embeddings_are_quarantined_never_written(spark, world, tmp_path):
     candidates_job.run(spark, config, as_of, run_id)
     before = _checksum(spark, config, "pair_embeddings")
     result = score_job.run(spark, config, as_of, run_id, fm_path="models/fm_poisoned")
-    assert result["written"] == 0 and result["quarantined"] == result["verified"] > 0
+    assert result.written == 0 and result.quarantined == result.verified > 0
     assert _checksum(spark, config, "pair_embeddings") == before
     reasons = _table(spark, config, "quarantine").where(f"run_id = '{run_id}'").select("reason").distinct().collect()
     assert [r["reason"] for r in reasons] == ["non-finite embedding"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from solaris.config import load_config
+from solaris.pipeline import STAGE_NAMES
 from tests.conftest import TEST_OVERRIDES, table_checksum
 
 T0 = datetime(2026, 1, 8, 0, 0, tzinfo=timezone.utc)
@@ -30,7 +31,6 @@ SMALL = [
     "enrichment.knn_k=5", "enrichment.min_neighbors=1", "enrichment.knn_recall_sample=50",
 ]
 # Every table a job of the hourly cycle writes (``runs`` is the audit log: checked separately).
-STAGES = ("candidates", "score", "expire", "user_aggregates", "knn", "impute", "publish")
 CYCLE_TABLES = ("candidates", "pair_embeddings", "pair_embeddings_log", "quarantine", "user_embeddings",
                 "user_neighbors", "imputed_embeddings")
 
@@ -73,7 +73,7 @@ def pending_template(spark, served_template) -> Path:
     """The served world with the T0+1h cycle done up to (not including) publish."""
     warehouse = served_template.parent / "pending"
     shutil.copytree(served_template, warehouse)
-    run_cycle(spark, world_config(warehouse), T0 + timedelta(hours=1), stages=STAGES[:-1])
+    run_cycle(spark, world_config(warehouse), T0 + timedelta(hours=1), stages=STAGE_NAMES[:-1])
     return warehouse
 
 
@@ -103,25 +103,14 @@ def checksums(spark, config, names=CYCLE_TABLES) -> dict:
             for name in names}
 
 
-def run_cycle(spark, config, as_of, stages=None) -> dict:
-    """The hourly cycle in-process, stage by stage, as the DAGs chain them."""
-    from solaris.jobs import candidates, expire, impute, knn, publish, score, user_aggregates
-    from solaris.speculation import default_run_id
+def run_cycle(spark, config, as_of, stages=None):
+    """The hourly cycle in-process: the pipeline's own :func:`solaris.pipeline.run_cycle`."""
+    from solaris import pipeline
 
-    precompute_id, enrichment_id = default_run_id("precompute", as_of), default_run_id("enrichment", as_of)
     # The shared test session was built from another config: use this world's Arrow batch size, as a
     # job process would (batch composition decides the last float bits of the FM's outputs).
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(config.spark.arrow_max_records_per_batch))
-    plan = {
-        "candidates": lambda: candidates.run(spark, config, as_of, precompute_id),
-        "score": lambda: score.run(spark, config, as_of, precompute_id),
-        "expire": lambda: expire.run(spark, config, as_of, precompute_id, vacuum=False),
-        "user_aggregates": lambda: user_aggregates.run(spark, config, as_of, enrichment_id),
-        "knn": lambda: knn.run(spark, config, as_of, enrichment_id),
-        "impute": lambda: impute.run(spark, config, as_of, enrichment_id),
-        "publish": lambda: publish.run(spark, config, as_of, enrichment_id),
-    }
-    return {name: plan[name]() for name in (stages or STAGES)}
+    return pipeline.run_cycle(spark, config, as_of, stages=stages)
 
 
 def solaris_command(config, *args: str) -> list[str]:

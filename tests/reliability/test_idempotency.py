@@ -12,9 +12,8 @@ import numpy as np
 
 from solaris.serving.resolver import load_snapshot
 from solaris.snapshots import latest_manifest_path
+from solaris.pipeline import STAGE_NAMES
 from tests.reliability.conftest import CYCLE_TABLES, T0, checksums, hours, run_cycle
-
-STAGES = ("candidates", "score", "expire", "user_aggregates", "knn", "impute", "publish")
 
 
 def _runs(spark, config):
@@ -46,7 +45,7 @@ def test_rerunning_each_stage_changes_no_table(spark, fresh_world):
     served_before = _served(config, sample)
     manifest_before = json.loads(latest_manifest_path(config.warehouse / "snapshots").read_text())
 
-    for stage in STAGES:
+    for stage in STAGE_NAMES:
         run_cycle(spark, config, as_of, stages=[stage])
         after = checksums(spark, config)
         changed = [name for name in CYCLE_TABLES if after[name] != before[name]]

@@ -22,6 +22,7 @@ import pytest
 from solaris.jobs import expire as expire_job
 from solaris.serving.resolver import TIER_PAIR, load_tier
 from solaris.tables import merge_if_new_run
+from solaris.timeutil import default_run_id
 from tests.reliability.conftest import T0
 
 DIM = 4
@@ -57,7 +58,7 @@ def test_random_schedules_never_serve_expired_and_never_delete_live(spark, make_
         if action == "write":
             late = model and rng.random() < 0.25
             stamp = clock - timedelta(hours=rng.randint(1, 3)) if late else clock
-            run_id = f"precompute-{stamp:%Y%m%dT%H%M%SZ}"
+            run_id = default_run_id("precompute", stamp)
             ttl = timedelta(hours=rng.choice([1, 2, 3, 6]))
             keys = rng.sample([(u, i) for u in range(1, USERS + 1) for i in range(1, ITEMS + 1)], rng.randint(3, 12))
             rows = []

@@ -6,13 +6,13 @@ import pytest
 from solaris.config import CandidateConfig, VerifierConfig
 from solaris.speculation import (
     candidate_params,
-    default_run_id,
     effective_threshold,
     expires_at,
     is_servable,
     verify_mask,
 )
 from solaris.sql import literal, render, statements
+from solaris.timeutil import default_run_id
 
 USERS = np.array([1, 1, 1, 2, 2, 3])
 ITEMS = np.array([10, 11, 12, 10, 13, 14])
