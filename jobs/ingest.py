@@ -1,4 +1,4 @@
-"""Ingest interaction data into the ``events`` Delta table (DESIGN.md §3).
+"""Ingest interaction data into the ``events`` Delta table (docs/architecture.md §6).
 
 Reads MovieLens (``ratings.dat``, ``u.data``), RecBole atomic ``*.inter`` files (the packaged
 ``ml-1m`` / ``ml-100k``), generic CSV/Parquet, or the seeded synthetic generator; validates every row

@@ -12,7 +12,7 @@ is summarised, so each rule can be unit-tested on small arrays:
 * :func:`variant_metrics` / :func:`aggregate_seeds` - per-variant metrics, transfer ratios and
   mean ± std over seeds.
 
-Variants (DESIGN.md §5-6): ``fm`` (upper bound), ``vm_baseline``, ``vm_distilled``,
+Variants (docs/architecture.md §8): ``fm`` (upper bound), ``vm_baseline``, ``vm_distilled``,
 ``solaris_tier1``, ``solaris_tiers12``, ``solaris_tiers123`` (one VM+SOLARIS model fed with
 fewer tiers), ``solaris_distilled`` (tiers 1-3).
 """

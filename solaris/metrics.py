@@ -1,4 +1,4 @@
-"""Quality metrics (pure numpy), as defined in DESIGN.md §6.
+"""Quality metrics (pure numpy), as defined in docs/architecture.md §8.
 
 NE (normalised entropy) is log-loss divided by the entropy of the base rate: 1.0 means "no better
 than always predicting the average CTR", lower is better, and it is comparable across datasets.

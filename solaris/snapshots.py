@@ -1,4 +1,4 @@
-"""Serving snapshot manifests (DESIGN.md §4): pure file logic, no Spark.
+"""Serving snapshot manifests (docs/architecture.md §7): pure file logic, no Spark.
 
 A manifest is JSON naming the Delta table paths *and versions* the serving layer must read, the
 FM version, the embedding dimension and coverage figures. It is written under a temporary name

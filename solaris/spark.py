@@ -87,7 +87,7 @@ def get_spark(config: SolarisConfig, app_name: str, master: str | None = None) -
 
     conf = session_conf(config, master)
     # PySpark turns timestamps into Python datetimes in the *process* time zone; pin it to UTC so
-    # collected values match the session time zone (DESIGN.md §2: all timestamps are UTC).
+    # collected values match the session time zone (docs/architecture.md §2: all timestamps are UTC).
     os.environ["TZ"] = "UTC"
     time.tzset()
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or _python())

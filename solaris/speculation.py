@@ -80,5 +80,5 @@ def expires_at(computed_at: datetime, ttl_hours: float) -> datetime:
 
 
 def is_servable(now: datetime, expiry: datetime) -> bool:
-    """DESIGN.md §2: a value is servable at ``now`` iff ``now < expires_at``."""
+    """docs/architecture.md §2: a value is servable at ``now`` iff ``now < expires_at``."""
     return now < expiry

@@ -1,7 +1,7 @@
 """Delta table helpers shared by the Spark jobs: idempotent writes, quarantine, the ``runs`` audit.
 
 Every write here is keyed so that rerunning a job for the same ``run_id`` replaces its own output
-instead of duplicating it (DESIGN.md §3): MERGE on the table key, or one atomic ``replaceWhere``
+instead of duplicating it (docs/architecture.md §4): MERGE on the table key, or one atomic ``replaceWhere``
 commit for per-run tables.
 """
 
@@ -229,7 +229,7 @@ def _sql_str(value: str) -> str:
 def events_until(spark: "SparkSession", config: SolarisConfig, as_of: datetime, since: datetime | None = None):
     """pandas frame ``user_id, item_id, ts (epoch s), label`` of events with ``since < ts <= as_of``.
 
-    The point-in-time rule of DESIGN.md §2 in one place: jobs at ``as_of`` never see later events.
+    The point-in-time rule of docs/architecture.md §2 in one place: jobs at ``as_of`` never see later events.
     """
     from pyspark.sql import functions as F
 

@@ -1,6 +1,6 @@
 """The foundation model (FM): heavy, accurate, too slow for the online path.
 
-Architecture (DESIGN.md §5):
+Architecture (docs/architecture.md §8):
 
 * hashed user / item id embeddings (large tables);
 * a time-aware history encoder: each of the user's last N events (strictly before the request) is

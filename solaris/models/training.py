@@ -181,7 +181,7 @@ class EventArrays:
 
 
 def training_metadata(role: str, as_of, seed: int, events: EventArrays, result: TrainResult, **extra) -> dict:
-    """What a checkpoint records about its training (DESIGN.md §5): as-of, data range, metrics."""
+    """What a checkpoint records about its training (docs/architecture.md §8): as-of, data range, metrics."""
     return {
         "role": role, "as_of": as_of.isoformat(), "seed": seed,
         "data_range": [int(events.ts.min()), int(events.ts.max())], "n_events": len(events),

@@ -1,6 +1,6 @@
 """The vertical model (VM): the small real-time model, and the verifier.
 
-One architecture for the four variants of DESIGN.md §5, which differ only in inputs and loss:
+One architecture for the four variants of docs/architecture.md §8, which differ only in inputs and loss:
 
 * *baseline*: cheap real-time features only (hashed user/item ids in small tables, item
   popularity and like rate, user recency, activity count and recent like rate);

@@ -2,14 +2,14 @@
 
 ``resolve(user_ids, item_ids, now)`` returns, for every request, the best *servable* value in tier
 order pair (1) -> user aggregate (2) -> KNN-imputed (3) -> none (0, zero vector), with its tier
-and age. A value is servable iff ``now < expires_at`` (DESIGN.md §2) - checked here at read
+and age. A value is servable iff ``now < expires_at`` (docs/architecture.md §2) - checked here at read
 time, whatever the cleanup job has or has not deleted yet.
 
 :class:`Resolver` holds one immutable :class:`TierTables` snapshot and swaps in a newer one
 atomically (a single reference assignment): readers that already took the old snapshot finish
 with it, nobody waits on a lock.
 
-:func:`load_snapshot` reads a publish manifest (DESIGN.md §4) and the Delta table versions it pins
+:func:`load_snapshot` reads a publish manifest (docs/architecture.md §7) and the Delta table versions it pins
 with ``deltalake`` (no Spark); :meth:`Resolver.reload_if_newer` follows ``snapshots/LATEST``.
 """
 
