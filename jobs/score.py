@@ -97,13 +97,9 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     try:
-        n_candidates = scored.count()
+        n_candidates, scores = _threshold_inputs(scored, pre.verifier)
         if n_candidates == 0:
             log.warning("run %s has no candidates; nothing to score", run_id)
-        scores = (
-            scored.where(F.col("quarantine_reason").isNull() | (F.col("quarantine_reason") != "non-finite verifier_score"))
-            .select("verifier_score").toPandas()["verifier_score"].to_numpy()
-        )
         threshold = effective_threshold(scores, pre.verifier)
         verified = scored.where(F.col("verifier_score") >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False))
         if pre.verifier.top_k_per_user is not None:
@@ -149,6 +145,26 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_
         return result
     finally:
         scored.unpersist()
+
+
+def _threshold_inputs(scored, rule):
+    """Candidate count and the few verifier scores the threshold rule depends on, in one Spark job.
+
+    The driver never collects every score (that grows with the data): the rule only needs the
+    top ``budget + 1`` passing scores when a global budget is set, else the lowest passing score:
+    the Spark form of :func:`solaris.speculation.threshold_inputs`, whose unit test shows the
+    threshold from that subset equals the threshold from all scores.
+    """
+    from pyspark.sql import functions as F
+
+    score = F.col("verifier_score")
+    finite = F.col("quarantine_reason").isNull() | (F.col("quarantine_reason") != "non-finite verifier_score")
+    passing = finite & (score >= F.lit(float(rule.threshold))) if rule.threshold is not None else finite
+    if rule.budget is None:
+        row = scored.agg(F.count("*").alias("n"), F.min(F.when(passing, score)).alias("lowest")).collect()[0]
+        return int(row["n"]), [] if row["lowest"] is None else [float(row["lowest"])]
+    top = scored.where(passing).orderBy(score.desc()).limit(rule.budget + 1).select("verifier_score").collect()
+    return scored.count(), [float(row[0]) for row in top]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,6 +55,20 @@ def effective_threshold(scores: np.ndarray, rule: VerifierConfig) -> float:
     return float(passing[-1]) if rule.threshold is None else max(threshold, float(passing[-1]))
 
 
+def threshold_inputs(scores: np.ndarray, rule: VerifierConfig) -> np.ndarray:
+    """The only scores :func:`effective_threshold` depends on (what the Spark job collects).
+
+    With a global budget: the ``budget + 1`` highest passing scores; without: the lowest passing
+    score. ``effective_threshold(threshold_inputs(s, rule), rule) == effective_threshold(s, rule)``
+    for every input, so the driver never holds a copy of every score.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    passing = scores if rule.threshold is None else scores[scores >= float(rule.threshold)]
+    if rule.budget is None:
+        return passing[np.argsort(passing)[:1]]
+    return np.sort(passing)[::-1][: rule.budget + 1]
+
+
 def verify_mask(user_id, item_id, scores, rule: VerifierConfig) -> tuple[np.ndarray, float]:
     """Boolean mask of kept pairs and the effective threshold (the Spark job's rule, in numpy).
 

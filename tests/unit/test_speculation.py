@@ -9,6 +9,7 @@ from solaris.speculation import (
     effective_threshold,
     expires_at,
     is_servable,
+    threshold_inputs,
     verify_mask,
 )
 from solaris.sql import literal, render, statements
@@ -87,3 +88,15 @@ def test_run_ids_are_deterministic_utc():
 
     paris = timezone(timedelta(hours=1))
     assert default_run_id("precompute", datetime(2000, 12, 1, 1, tzinfo=paris)) == "precompute-20001201T000000Z"
+
+
+@pytest.mark.parametrize("threshold", [None, 0.0, 0.5, 0.93])
+@pytest.mark.parametrize("budget", [None, 1, 7, 50, 10_000])
+def test_threshold_from_the_collected_subset_equals_threshold_from_all_scores(threshold, budget):
+    rng = np.random.default_rng(7)
+    scores = np.round(rng.random(400), 2)  # rounded: many ties, also at the budget boundary
+    rule = VerifierConfig(threshold=threshold, top_k_per_user=None, budget=budget)
+    subset = threshold_inputs(scores, rule)
+    assert subset.size <= (1 if budget is None else budget + 1)
+    assert effective_threshold(subset, rule) == effective_threshold(scores, rule)
+    assert effective_threshold(threshold_inputs(scores[:0], rule), rule) == float("inf")
