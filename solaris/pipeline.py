@@ -19,9 +19,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from solaris.config import SolarisConfig
+from solaris.jobs import hit_rate
 from solaris.jobs.candidates import CandidatesResult
 from solaris.jobs.expire import ExpireResult
 from solaris.jobs.hit_rate import CoverageResult, HitRateResult
@@ -30,6 +31,7 @@ from solaris.jobs.knn import KnnResult
 from solaris.jobs.publish import PublishResult
 from solaris.jobs.score import ScoreResult
 from solaris.jobs.user_aggregates import UserAggregatesResult
+from solaris.tables import batched_audit
 from solaris.timeutil import default_run_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -136,25 +138,24 @@ def run_cycle(spark: "SparkSession", config: SolarisConfig, as_of: datetime, *, 
     results: dict[str, Any] = {}
     seconds: dict[str, float] = {}
 
-    def timed(name: str, call) -> None:
+    def timed(name: str, call: Callable[[], Any]) -> None:
         started = time.perf_counter()
         results[name] = call()
         seconds[name] = time.perf_counter() - started
 
-    for step in CYCLE:
-        if step.name not in wanted:
-            continue
-        kwargs = {"vacuum": vacuum} if step.name == "expire" else {}
-        timed(step.name, lambda: step.module().run(spark, config, as_of, ids[step.half], **kwargs))
-        if measure and step.name == "score":
-            from solaris.jobs import hit_rate
-
-            timed("hit_rate", lambda: hit_rate.run(spark, config, as_of, ids["precompute"]))
-        if measure and step.name == "publish":
-            from solaris.jobs import hit_rate
-
-            manifest = results["publish"].manifest
-            timed(LAST_MEASURE, lambda: hit_rate.coverage(spark, config, as_of, manifest, ids["enrichment"]))
+    block_started = time.perf_counter()
+    with batched_audit(spark, config):  # the tick's `runs` rows in one commit, also after a failure
+        for step in CYCLE:
+            if step.name not in wanted:
+                continue
+            kwargs = {"vacuum": vacuum} if step.name == "expire" else {}
+            timed(step.name, lambda: step.module().run(spark, config, as_of, ids[step.half], **kwargs))
+            if measure and step.name == "score":
+                timed("hit_rate", lambda: hit_rate.run(spark, config, as_of, ids["precompute"]))
+            if measure and step.name == "publish":
+                manifest = results["publish"].manifest
+                timed(LAST_MEASURE, lambda: hit_rate.coverage(spark, config, as_of, manifest, ids["enrichment"]))
+    seconds["runs_audit"] = time.perf_counter() - block_started - sum(seconds.values())
     cycle = CycleResult(as_of=as_of, seconds=seconds, **results)
     log.info("cycle at %s: %.1fs (%s)", as_of, cycle.total_seconds,
              ", ".join(f"{name} {value:.1f}s" for name, value in seconds.items()))

@@ -1,0 +1,129 @@
+"""Cost of consecutive hourly ticks on real data: per-stage seconds, the FM's own share, medians.
+
+Copies the events table and the FM/verifier checkpoints of an ingested + trained warehouse into a
+fresh work folder (so the source warehouse is never written), then runs
+:func:`solaris.pipeline.run_cycle` with the replay measurements (hit rate, coverage) at ``--ticks``
+consecutive ticks from ``--start`` in one Spark session, exactly as ``solaris replay`` does.
+
+Printed: one row per tick (seconds per stage, tick total, candidate pairs), then the median of
+each stage over the ticks, the median tick, and the FM's own share: the seconds the FM and the
+verifier need for the median tick's candidate pairs in plain torch (same checkpoints, same
+point-in-time features, 2 threads, measured here on the first tick's real candidates) divided by
+the median tick. The first tick also pays Spark's warm-up (first jobs, Python workers, model
+loads): it is printed but the medians are taken over all ticks, as a scheduler would see them.
+
+    .venv/bin/python bench/cycle.py --warehouse warehouse --start 2000-12-01T00:00:00Z --ticks 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import time
+from datetime import timedelta
+from pathlib import Path
+
+
+def prepare(source: Path, work: Path) -> None:
+    """Fresh work warehouse: the source's events, id map and current model checkpoints."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    for name in ("events", "id_map"):
+        if (source / name).exists():
+            shutil.copytree(source / name, work / name)
+    for role in ("fm", "vm_baseline"):
+        shutil.copytree(source / "models" / role, work / "models" / role)
+
+
+def fm_seconds_per_pair(spark, config, as_of, threads: int) -> tuple[float, int]:
+    """Plain-torch seconds per candidate pair (FM + verifier) on this tick's real candidates."""
+    import numpy as np
+    import torch
+
+    from solaris.features import HistoryIndex
+    from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
+    from solaris.models.common import to_tensors
+    from solaris.pipeline import run_ids
+    from solaris.tables import events_until
+
+    torch.set_num_threads(threads)
+    events = events_until(spark, config, as_of)
+    pairs = (spark.read.format("delta").load(config.table_path("candidates"))
+             .where(f"run_id = '{run_ids(as_of)['precompute']}'").select("user_id", "item_id").toPandas())
+    index = HistoryIndex(events.user_id.to_numpy(), events.item_id.to_numpy(), events.ts.to_numpy(),
+                         events.label.to_numpy())
+    features = index.query(pairs.user_id.to_numpy(), pairs.item_id.to_numpy(),
+                           np.full(len(pairs), int(as_of.timestamp()) + 1), config.model.history_length)
+    fm, _ = load_checkpoint(resolve_checkpoint(config.resolve_under_warehouse(config.precompute.fm_checkpoint)), "fm",
+                            config.model.embedding_dim)
+    vm, _ = load_checkpoint(resolve_checkpoint(config.resolve_under_warehouse(config.precompute.verifier_checkpoint)),
+                            "vm")
+    batch = config.precompute.model_batch_size
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for start in range(0, len(pairs), batch):
+            rows = slice(start, min(start + batch, len(pairs)))
+            tensors = to_tensors(features, "cpu", rows)
+            fm(tensors)
+            vm(tensors)
+    seconds = time.perf_counter() - started
+    return seconds / max(len(pairs), 1), len(pairs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--warehouse", required=True, help="ingested warehouse with models/fm and models/vm_baseline")
+    parser.add_argument("--start", required=True, help="first tick (UTC)")
+    parser.add_argument("--ticks", type=int, default=6)
+    parser.add_argument("--step-hours", type=float, default=1.0)
+    parser.add_argument("--threads", type=int, default=2, help="Spark local[N] and torch threads")
+    parser.add_argument("--work-dir", default="/tmp/solaris-bench-cycle")
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+
+    from solaris.config import load_config
+    from solaris.pipeline import STAGE_NAMES, run_cycle, tick_schedule
+    from solaris.runtime import setup_logging
+    from solaris.spark import get_spark
+    from solaris.timeutil import parse_utc
+
+    setup_logging("WARNING")
+    work = Path(args.work_dir) / "warehouse"
+    prepare(Path(args.warehouse).resolve(), work)
+    config = load_config(overrides=[f"warehouse={work}", f"spark.master=local[{args.threads}]", *args.overrides])
+    spark = get_spark(config, "bench-cycle")
+    start = parse_utc(args.start)
+    schedule = tick_schedule(start, start + timedelta(hours=args.step_hours * args.ticks), args.step_hours)
+    columns = [*STAGE_NAMES[:2], "hit_rate", *STAGE_NAMES[2:], "coverage", "runs_audit"]
+    print("tick                  " + " ".join(f"{name[:10]:>10}" for name in columns) + "      total   pairs")
+    rows = []
+    for tick in schedule:
+        cycle = run_cycle(spark, config, tick, measure=True)
+        rows.append({"as_of": tick.isoformat(), "seconds": cycle.seconds, "total": cycle.total_seconds,
+                     "pairs": cycle.candidates.pairs, "written": cycle.score.written,
+                     "coverage_tiers1_3": cycle.coverage.cumulative(3), "requests": cycle.coverage.requests,
+                     "knn_recall": cycle.knn.recall})
+        print(f"{tick:%Y-%m-%d %H:%M}Z     " + " ".join(f"{cycle.seconds.get(name, 0.0):>10.1f}" for name in columns)
+              + f" {cycle.total_seconds:>10.1f} {cycle.candidates.pairs:>7,}", flush=True)
+    medians = {name: statistics.median(row["seconds"].get(name, 0.0) for row in rows) for name in columns}
+    median_tick = statistics.median(row["total"] for row in rows)
+    median_pairs = statistics.median(row["pairs"] for row in rows)
+    per_pair, measured_on = fm_seconds_per_pair(spark, config, schedule[0], args.threads)
+    fm_seconds = per_pair * median_pairs
+    print("median                " + " ".join(f"{medians[name]:>10.1f}" for name in columns)
+          + f" {median_tick:>10.1f} {median_pairs:>7,.0f}")
+    print(f"FM + verifier in plain torch ({args.threads} threads): {1 / per_pair:,.0f} pairs/s "
+          f"(measured on {measured_on:,} pairs) -> {fm_seconds:.1f}s of the median tick")
+    print(f"median tick: {median_tick:.1f}s over {len(rows)} ticks; FM share {100 * fm_seconds / median_tick:.0f}%")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"ticks": rows, "median_stage_seconds": medians,
+                                               "median_tick_seconds": median_tick,
+                                               "fm_seconds_median_tick": fm_seconds}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
