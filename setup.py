@@ -2,7 +2,10 @@
 
 ``jobs/`` and ``udfs/`` live at the top of the repo (one spark-submit entry file per stage, easy to
 find) but are shipped *inside* the namespace as ``solaris.jobs`` and ``solaris.udfs`` so that
-site-packages never gets generic top-level ``jobs``/``udfs`` packages.
+site-packages never gets generic top-level ``jobs``/``udfs`` packages. Likewise the default config
+``conf/solaris.yaml`` and the SQL files ``sql/*.sql`` ship as package data of ``solaris.conf`` and
+``solaris.queries`` (``solaris.sql`` is the module that renders them) and are read with
+``importlib.resources``, so a wheel installed in a cluster image needs no checkout.
 """
 
 from pathlib import Path
@@ -37,13 +40,17 @@ setup(
         "solaris.serving",
         "solaris.jobs",
         "solaris.udfs",
+        "solaris.conf",
+        "solaris.queries",
     ],
     package_dir={
         "solaris": "solaris",
         "solaris.jobs": "jobs",
         "solaris.udfs": "udfs",
+        "solaris.conf": "conf",
+        "solaris.queries": "sql",
     },
-    package_data={"solaris": ["py.typed"]},
+    package_data={"solaris": ["py.typed"], "solaris.conf": ["*.yaml"], "solaris.queries": ["*.sql"]},
     install_requires=_pins("core"),
     extras_require={
         "airflow": _pins("airflow"),

@@ -7,7 +7,7 @@ baseline SOLARIS is compared with; its soft labels are cross-fitted by default, 
 `model.distillation.teacher_folds` extra FMs on parts of the window). Each writes a new versioned checkpoint under
 `warehouse/models/<role>/` and moves its `LATEST` pointer atomically; the next precompute run
 picks the new versions up and records them in every row it writes (`fm_version`,
-`verifier_version`).
+`verifier_version`). `max_epochs` defaults to the config's `model.training.max_epochs`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from datetime import datetime, timedelta
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param
 
-from solaris.orchestration import AS_OF_PATTERN, AS_OF_TEMPLATE, spark_submit_kwargs
+from solaris.orchestration import AS_OF_PATTERN, AS_OF_TEMPLATE, ConfigParams, spark_submit_kwargs
 
-EPOCHS = ["--set", "model.training.max_epochs={{ params.max_epochs }}"]
+CONFIG = ConfigParams(max_epochs="model.training.max_epochs")
 
 with DAG(
     dag_id="solaris_models",
@@ -33,22 +33,23 @@ with DAG(
     params={
         "as_of": Param(None, type=["null", "string"], pattern=AS_OF_PATTERN,
                        description="train on events up to this UTC time; empty = the run's logical date"),
-        "max_epochs": Param(8, type="integer", minimum=1, maximum=50, description="upper bound (early stopping)"),
+        "max_epochs": CONFIG.param(Param, "max_epochs", "upper bound (early stopping)", type="integer", minimum=1,
+                                   maximum=50),
     },
 ) as dag:
     train_fm = SparkSubmitOperator(
         task_id="train_fm",
         doc_md="Train the FM on point-in-time examples; save a versioned checkpoint.",
-        **spark_submit_kwargs("train_fm", ["--as-of", AS_OF_TEMPLATE, *EPOCHS]),
+        **spark_submit_kwargs("train_fm", CONFIG.args("--as-of", AS_OF_TEMPLATE)),
     )
     train_verifier = SparkSubmitOperator(
         task_id="train_verifier",
         doc_md="Train the baseline VM (the verifier used by precompute).",
-        **spark_submit_kwargs("train_vm", ["--as-of", AS_OF_TEMPLATE, "--variant", "baseline", *EPOCHS]),
+        **spark_submit_kwargs("train_vm", CONFIG.args("--as-of", AS_OF_TEMPLATE, "--variant", "baseline")),
     )
     train_distilled = SparkSubmitOperator(
         task_id="train_distilled",
         doc_md="Train the distilled VM: soft labels from FMs of the new FM's architecture, cross-fitted over time folds.",
-        **spark_submit_kwargs("train_vm", ["--as-of", AS_OF_TEMPLATE, "--variant", "distilled", *EPOCHS]),
+        **spark_submit_kwargs("train_vm", CONFIG.args("--as-of", AS_OF_TEMPLATE, "--variant", "distilled")),
     )
     train_fm >> [train_verifier, train_distilled]

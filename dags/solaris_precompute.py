@@ -13,6 +13,9 @@ Every hour, for `as_of` = the run's logical time (or the `as_of` Param of a manu
 Runs never overlap (`max_active_runs=1`); each task retries with exponential backoff, and reruns
 of the same hour replace their own output. Spark jobs go through `spark-submit` on the
 `spark_default` connection (`local[*]` by default; point it at a cluster to scale out).
+
+The tuning Params default to the loaded config's values (`$SOLARIS_CONFIG` or `conf/solaris.yaml`);
+a run passes `--set` to the jobs only for the Params its trigger changed.
 """
 
 from __future__ import annotations
@@ -22,15 +25,12 @@ from datetime import datetime
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param, task
 
-from solaris.orchestration import HOURLY_DEFAULT_ARGS, AS_OF_PATTERN, AS_OF_TEMPLATE, stage_operators
+from solaris.orchestration import HOURLY_DEFAULT_ARGS, AS_OF_PATTERN, AS_OF_TEMPLATE, ConfigParams, stage_operators
 from solaris.pipeline import PRECOMPUTE
 
 PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")
-OVERRIDES = [
-    "--set", "precompute.ttl_hours={{ params.ttl_hours }}",
-    "--set", "precompute.candidates.budget={{ params.candidate_budget }}",
-    "--set", "precompute.verifier.threshold={{ params.verifier_threshold }}",
-]
+CONFIG = ConfigParams(ttl_hours="precompute.ttl_hours", candidate_budget="precompute.candidates.budget",
+                      verifier_threshold="precompute.verifier.threshold")
 
 with DAG(
     dag_id="solaris_precompute",
@@ -44,13 +44,15 @@ with DAG(
     params={
         "as_of": Param(None, type=["null", "string"], pattern=AS_OF_PATTERN,
                        description="logical time (UTC, ISO-8601); empty = the run's logical date"),
-        "ttl_hours": Param(6, type="number", exclusiveMinimum=0, maximum=168, description="embedding TTL in hours"),
-        "candidate_budget": Param(200000, type="integer", minimum=1, description="max candidate pairs per run"),
-        "verifier_threshold": Param(0.5, type="number", minimum=0, maximum=1,
-                                    description="keep pairs with verifier probability >= this"),
+        "ttl_hours": CONFIG.param(Param, "ttl_hours", "embedding TTL in hours", type="number", exclusiveMinimum=0,
+                                  maximum=168),
+        "candidate_budget": CONFIG.param(Param, "candidate_budget", "max candidate pairs per run", type="integer",
+                                         minimum=1),
+        "verifier_threshold": CONFIG.param(Param, "verifier_threshold", "keep pairs with verifier probability >= this",
+                                           type=["null", "number"], minimum=0, maximum=1),
     },
 ) as dag:
-    tasks = stage_operators(SparkSubmitOperator, PRECOMPUTE, ["--as-of", AS_OF_TEMPLATE, *OVERRIDES])
+    tasks = stage_operators(SparkSubmitOperator, PRECOMPUTE, CONFIG.args("--as-of", AS_OF_TEMPLATE))
 
     @task(outlets=[PAIR_EMBEDDINGS], doc_md="Emit the pair_embeddings Asset with the run's as-of.")
     def announce(as_of: str, *, outlet_events=None) -> str:

@@ -11,6 +11,9 @@ With `evaluate` set, it then runs the knowledge-transfer evaluation with T0 = `s
 (`solaris evaluate`: FM/VM variants trained before T0, replay of the last `tail_hours` and the next
 `eval_hours`, metrics.json + report.md + plots under `<warehouse>/evaluation/`).
 
+Params that tune the config (epochs, TTL, evaluation window and seeds) default to the loaded config
+(`$SOLARIS_CONFIG` or `conf/solaris.yaml`); the jobs get `--set` only for the ones a trigger changed.
+
 Trigger from the UI with Params, or:
 `airflow dags test solaris_replay -c '{"dataset": "ml-100k", "start": "1998-03-01T00:00:00Z", "end": "1998-03-01T03:00:00Z"}'`
 """
@@ -23,9 +26,10 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import DAG, Param
 
-from solaris.orchestration import AS_OF_PATTERN, spark_submit_kwargs
+from solaris.orchestration import AS_OF_PATTERN, ConfigParams, spark_submit_kwargs
 
-EPOCHS = ["--set", "model.training.max_epochs={{ params.max_epochs }}"]
+CONFIG = ConfigParams(max_epochs="model.training.max_epochs", ttl_hours="precompute.ttl_hours",
+                      eval_hours="evaluation.eval_hours", tail_hours="evaluation.tail_hours", seeds="evaluation.seeds")
 
 with DAG(
     dag_id="solaris_replay",
@@ -41,13 +45,17 @@ with DAG(
                          description="ml-1m, ml-100k, synthetic, or a file/folder path (MovieLens, RecBole, CSV, Parquet)"),
         "start": Param("2000-12-01T00:00:00Z", type="string", pattern=AS_OF_PATTERN, description="first tick (UTC)"),
         "end": Param("2000-12-01T03:00:00Z", type="string", pattern=AS_OF_PATTERN, description="end (exclusive)"),
-        "max_epochs": Param(1, type="integer", minimum=1, maximum=50, description="FM/VM training epochs (upper bound)"),
-        "ttl_hours": Param(6, type="number", exclusiveMinimum=0, maximum=168, description="embedding TTL in hours"),
+        "max_epochs": CONFIG.param(Param, "max_epochs", "FM/VM training epochs (upper bound)", type="integer",
+                                   minimum=1, maximum=50),
+        "ttl_hours": CONFIG.param(Param, "ttl_hours", "embedding TTL in hours", type="number", exclusiveMinimum=0,
+                                  maximum=168),
         "evaluate": Param(False, type="boolean", description="then run the knowledge-transfer evaluation at T0 = start"),
-        "eval_hours": Param(24, type="number", exclusiveMinimum=0, maximum=720, description="evaluation: hours scored after start"),
-        "tail_hours": Param(24, type="number", exclusiveMinimum=0, maximum=720,
-                            description="evaluation: hours before start replayed to fine-tune the VM variants"),
-        "seeds": Param(3, type="integer", minimum=1, maximum=20, description="evaluation: seeds (mean ± std)"),
+        "eval_hours": CONFIG.param(Param, "eval_hours", "evaluation: hours scored after start", type="number",
+                                   exclusiveMinimum=0, maximum=720),
+        "tail_hours": CONFIG.param(Param, "tail_hours",
+                                   "evaluation: hours before start replayed to fine-tune the VM variants",
+                                   type="number", exclusiveMinimum=0, maximum=720),
+        "seeds": CONFIG.param(Param, "seeds", "evaluation: seeds (mean ± std)", type="integer", minimum=1, maximum=20),
     },
 ) as dag:
     ingest = SparkSubmitOperator(
@@ -58,18 +66,19 @@ with DAG(
     train_fm = SparkSubmitOperator(
         task_id="train_fm",
         doc_md="Train the FM on events up to `start`.",
-        **spark_submit_kwargs("train_fm", ["--as-of", "{{ params.start }}", *EPOCHS]),
+        **spark_submit_kwargs("train_fm", CONFIG.args("--as-of", "{{ params.start }}", params=["max_epochs"])),
     )
     train_verifier = SparkSubmitOperator(
         task_id="train_verifier",
         doc_md="Train the baseline VM (the verifier) on events up to `start`.",
-        **spark_submit_kwargs("train_vm", ["--as-of", "{{ params.start }}", "--variant", "baseline", *EPOCHS]),
+        **spark_submit_kwargs("train_vm", CONFIG.args("--as-of", "{{ params.start }}", "--variant", "baseline",
+                                                         params=["max_epochs"])),
     )
     replay = SparkSubmitOperator(
         task_id="replay",
         doc_md="Hour-by-hour precompute from `start` to `end`, with hit rates.",
-        **spark_submit_kwargs("replay", ["--start", "{{ params.start }}", "--end", "{{ params.end }}",
-                                         "--set", "precompute.ttl_hours={{ params.ttl_hours }}"]),
+        **spark_submit_kwargs("replay", CONFIG.args("--start", "{{ params.start }}", "--end", "{{ params.end }}",
+                                                    params=["ttl_hours"])),
     )
     evaluate_requested = ShortCircuitOperator(
         task_id="evaluate_requested",
@@ -79,9 +88,6 @@ with DAG(
     evaluate = SparkSubmitOperator(
         task_id="evaluate",
         doc_md="Knowledge-transfer evaluation at T0 = `start` (report under `<warehouse>/evaluation/`).",
-        **spark_submit_kwargs("evaluate", [
-            "--as-of", "{{ params.start }}", *EPOCHS, "--set", "precompute.ttl_hours={{ params.ttl_hours }}",
-            "--set", "evaluation.eval_hours={{ params.eval_hours }}", "--set", "evaluation.tail_hours={{ params.tail_hours }}",
-            "--set", "evaluation.seeds={{ params.seeds }}"]),
+        **spark_submit_kwargs("evaluate", CONFIG.args("--as-of", "{{ params.start }}")),
     )
     ingest >> train_fm >> train_verifier >> replay >> evaluate_requested >> evaluate

@@ -59,11 +59,13 @@ if [ ! -f .venv/.base ] || [ "$(cat .venv/.base)" != "$venv" ]; then
   echo "$venv" > .venv/.base
 fi
 
-# Editable install of this clone (skipped when already in place).
+# Editable install of this clone (skipped when already in place and mapping every package setup.py
+# ships, e.g. the package-data packages solaris.conf / solaris.queries added after older installs).
 installed=$(.venv/bin/python - <<'PY' 2>/dev/null || true
 import importlib.util, pathlib
-spec = importlib.util.find_spec("solaris.jobs")
-print(pathlib.Path(spec.origin).resolve().parent.parent if spec else "")
+specs = [importlib.util.find_spec(name) for name in ("solaris.jobs", "solaris.conf", "solaris.queries")]
+roots = {pathlib.Path(spec.origin).resolve().parent.parent if spec else None for spec in specs}
+print(roots.pop() if len(roots) == 1 and None not in roots else "")
 PY
 )
 if [ "$installed" != "$ROOT" ]; then

@@ -4,12 +4,30 @@ Why one object: jobs, tests, DAGs and benchmarks must agree on paths, sizes and 
 all load ``conf/solaris.yaml`` through :func:`load_config` (once per process) and pass the validated
 :class:`SolarisConfig` down. Unknown keys are errors (a typo must not silently fall back to a
 default), and every error names the dotted key that is wrong.
+
+One source of defaults: the field defaults below. ``conf/solaris.yaml`` is their annotated copy
+(a unit test keeps the two equal); a deployment's own YAML (``--config`` / ``$SOLARIS_CONFIG``) only
+needs the keys it changes, and the DAGs' Params take their defaults from the loaded config.
+
+Where the default file comes from: package data of ``solaris.conf`` (``conf/`` in the checkout,
+``solaris/conf/`` in an installed wheel), read with :mod:`importlib.resources`. Relative paths in the
+config (``warehouse``, ``spark.jars_dir``) are resolved against, in this order (:func:`base_dir_for`):
+
+1. ``$SOLARIS_HOME`` when set (a deployment's project folder);
+2. for a file given by ``--config`` / ``$SOLARIS_CONFIG``: the folder above the file's folder
+   (``<project>/conf/solaris.yaml`` -> ``<project>``), as before;
+3. for the packaged default: the repo root when the package runs from a source checkout (editable
+   install: the file is ``<root>/conf/solaris.yaml`` next to ``<root>/setup.py``), so DAGs, ``make
+   demo`` and tests keep using ``./warehouse`` and ``./jars``; otherwise (installed wheel) the
+   current working directory, like any command-line tool.
 """
 
 from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
@@ -18,9 +36,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from solaris.errors import RefusedError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CONFIG_PATH = REPO_ROOT / "conf" / "solaris.yaml"
+CONFIG_PACKAGE, CONFIG_FILE = "solaris.conf", "solaris.yaml"  # the packaged default (conf/solaris.yaml)
 CONFIG_ENV_VAR = "SOLARIS_CONFIG"
+HOME_ENV_VAR = "SOLARIS_HOME"
 WAREHOUSE_ENV_VAR = "SOLARIS_WAREHOUSE"
 
 
@@ -299,8 +317,31 @@ def _format_errors(error: ValidationError) -> str:
     return "invalid configuration:\n" + "\n".join(lines)
 
 
-def config_from_dict(data: dict[str, Any], base_dir: Path = REPO_ROOT) -> SolarisConfig:
-    """Validate a raw mapping; relative warehouse / jars paths are anchored at ``base_dir``."""
+def default_config_file() -> Traversable:
+    """The packaged default config (``conf/solaris.yaml`` in the checkout)."""
+    return files(CONFIG_PACKAGE) / CONFIG_FILE
+
+
+def base_dir_for(config_file: Traversable | os.PathLike | str, explicit: bool) -> Path:
+    """The folder relative config paths are resolved against (order in the module docstring)."""
+    if os.environ.get(HOME_ENV_VAR):
+        return Path(os.environ[HOME_ENV_VAR]).expanduser().resolve()
+    if explicit:
+        return Path(config_file).resolve().parent.parent
+    if isinstance(config_file, Path):
+        root = config_file.resolve().parent.parent
+        if config_file.parent.name == "conf" and (root / "setup.py").is_file():
+            return root  # source checkout (editable install)
+    return Path.cwd().resolve()
+
+
+def config_from_dict(data: dict[str, Any], base_dir: Path | None = None) -> SolarisConfig:
+    """Validate a raw mapping; relative warehouse / jars paths are anchored at ``base_dir``.
+
+    ``base_dir`` defaults to where the packaged default config anchors them (:func:`base_dir_for`).
+    """
+    if base_dir is None:
+        base_dir = base_dir_for(default_config_file(), explicit=False)
     try:
         config = SolarisConfig.model_validate(data)
     except ValidationError as error:
@@ -319,12 +360,15 @@ def config_from_dict(data: dict[str, Any], base_dir: Path = REPO_ROOT) -> Solari
 def load_config(path: str | os.PathLike | None = None, overrides: Iterable[str] = ()) -> SolarisConfig:
     """Load and validate the YAML config, then apply ``key.path=value`` overrides.
 
-    The file is taken from ``path``, else ``$SOLARIS_CONFIG``, else ``conf/solaris.yaml``;
-    ``$SOLARIS_WAREHOUSE``, when set, replaces its ``warehouse`` (explicit overrides still win).
-    Relative paths inside it are resolved against the folder above ``conf/`` (the repo root),
-    so jobs behave the same whatever their working directory (spark-submit, Airflow workers).
+    The file is taken from ``path``, else ``$SOLARIS_CONFIG``, else the packaged default
+    (``conf/solaris.yaml``); keys it leaves out keep the field defaults. ``$SOLARIS_WAREHOUSE``, when
+    set, replaces its ``warehouse`` (explicit overrides still win). Relative paths are resolved as
+    the module docstring says (``$SOLARIS_HOME``, else the folder above an explicit file's folder,
+    else the checkout's root or, installed, the working directory), so jobs launched from a
+    checkout behave the same whatever their working directory (spark-submit, Airflow workers).
     """
-    config_path = Path(path or os.environ.get(CONFIG_ENV_VAR) or DEFAULT_CONFIG_PATH)
+    explicit = path or os.environ.get(CONFIG_ENV_VAR)
+    config_path: Traversable | Path = Path(explicit) if explicit else default_config_file()
     if not config_path.is_file():
         raise ConfigError(f"config file not found: {config_path}")
     try:
@@ -336,4 +380,4 @@ def load_config(path: str | os.PathLike | None = None, overrides: Iterable[str] 
     if os.environ.get(WAREHOUSE_ENV_VAR):
         raw = {**raw, "warehouse": os.environ[WAREHOUSE_ENV_VAR]}
     merged = _deep_merge(raw, parse_overrides(overrides))
-    return config_from_dict(merged, base_dir=config_path.resolve().parent.parent)
+    return config_from_dict(merged, base_dir=base_dir_for(config_path, explicit=bool(explicit)))

@@ -1,9 +1,12 @@
 """What Airflow needs to launch our jobs with spark-submit (pure: no Airflow, no Spark import).
 
 DAG files stay wiring-only: they ask this module for the keyword arguments of each
-``SparkSubmitOperator`` (application file, Delta JARs, Python interpreter, job name) and add their
-own templated arguments. Which cluster runs the job is the ``spark_default`` connection's business
-(``local[*]`` by default, a ``spark://``/``yarn``/``k8s://`` master in production).
+``SparkSubmitOperator`` (application file from the installed ``solaris.jobs`` package, Delta JARs,
+Python interpreter, job name) and add their own templated arguments. Params that tune the config
+take their defaults from the loaded config and reach the job as ``--set`` only when a run changed
+them (:class:`ConfigParams`), so editing the YAML changes what scheduled runs use. Which cluster
+runs the job is the ``spark_default`` connection's business (``local[*]`` by default, a
+``spark://``/``yarn``/``k8s://`` master in production).
 """
 
 from __future__ import annotations
@@ -11,14 +14,15 @@ from __future__ import annotations
 import os
 import sys
 from datetime import timedelta
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from solaris.config import REPO_ROOT, load_config
+from solaris.config import load_config
 from solaris.pipeline import Stage
 from solaris.spark import delta_jars
 
-JOBS_DIR = REPO_ROOT / "jobs"
+JOBS_PACKAGE = "solaris.jobs"  # jobs/ in the checkout, solaris/jobs/ in an installed wheel
 
 # Jinja for the run's logical time: the UI/CLI Param when given, else the run's logical date
 # (Airflow 3 runs may have no logical date when triggered without one: fall back to run_after).
@@ -45,10 +49,83 @@ HOURLY_DEFAULT_ARGS = {
 }
 
 
+def config_value(config: Any, dotted: str) -> Any:
+    """``config_value(config, "precompute.ttl_hours")`` -> ``config.precompute.ttl_hours``."""
+    value = config
+    for key in dotted.split("."):
+        value = getattr(value, key)
+    return value
+
+
+def _flag_value(value: Any) -> str:
+    """A Param value as the YAML scalar ``--set`` parses back to the same value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def changed_overrides(params: Any, overrides: dict[str, tuple[str, Any]]) -> list[str]:
+    """``--set key=value`` for every Param whose run value differs from its config default.
+
+    ``overrides`` maps a Param name to (dotted config key, config default).
+    """
+    flags: list[str] = []
+    for name, (key, default) in overrides.items():
+        value = params[name]
+        if value != default:
+            flags += ["--set", f"{key}={_flag_value(value)}"]
+    return flags
+
+
+class SparkArgs(list):
+    """A task's ``application_args``: Jinja strings, then ``--set`` only for the Params a run changed.
+
+    Airflow renders a template field through its ``resolve(context)`` method when it has one: this
+    list renders its own strings with the task's Jinja environment, then appends
+    :func:`changed_overrides`. A scheduled run (default Params) passes no ``--set``, so the job loads
+    the config's value itself; the rendered command shows only what the trigger changed.
+    """
+
+    def __init__(self, args: Sequence[str], overrides: dict[str, tuple[str, Any]]):
+        super().__init__(args)
+        self.overrides = overrides
+
+    def resolve(self, context: Any) -> list[str]:
+        rendered = context["task"].render_template(list(self), context)
+        return rendered + changed_overrides(context["params"], self.overrides)
+
+
+class ConfigParams:
+    """DAG Params whose defaults are values of the loaded config (one source of defaults).
+
+    ``ConfigParams(ttl_hours="precompute.ttl_hours")`` loads the config (``$SOLARIS_CONFIG`` or the
+    packaged default) at parse time; :meth:`param` builds the Param with that default and
+    :meth:`args` the ``application_args`` that pass ``--set`` only when a run changed a Param.
+    """
+
+    def __init__(self, **keys: str):
+        config = load_config()
+        self.keys = keys  # Param name -> dotted config key
+        self.defaults = {name: config_value(config, key) for name, key in keys.items()}
+
+    def param(self, param: Callable[..., Any], name: str, description: str = "", **schema: Any) -> Any:
+        """``param`` is Airflow's ``Param`` class (passed in: this module never imports Airflow)."""
+        note = f"default: config {self.keys[name]}"
+        return param(self.defaults[name], description=f"{description} ({note})" if description else note, **schema)
+
+    def args(self, *args: str, params: Sequence[str] | None = None) -> SparkArgs:
+        """``application_args`` = ``args`` + ``--set`` for the named Params (default: all) a run changed."""
+        names = list(self.keys) if params is None else list(params)
+        return SparkArgs(args, {name: (self.keys[name], self.defaults[name]) for name in names})
+
+
 def job_application(job: str) -> str:
-    path = JOBS_DIR / f"{job}.py"
-    if not path.is_file():
-        raise FileNotFoundError(f"no spark-submit entry point {path}")
+    """The spark-submit entry file of a job: ``<job>.py`` of the installed ``solaris.jobs`` package."""
+    path = files(JOBS_PACKAGE) / f"{job}.py"
+    if not job.isidentifier() or not isinstance(path, Path) or not path.is_file():
+        raise FileNotFoundError(f"no spark-submit entry point {job}.py in {JOBS_PACKAGE} ({path})")
     return str(path)
 
 

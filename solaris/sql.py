@@ -1,5 +1,8 @@
 """Render the set-based SQL files in ``sql/`` with typed parameters (pure, no Spark import).
 
+The files are package data of ``solaris.queries`` (``sql/`` in the checkout, ``solaris/queries/`` in
+an installed wheel), read with :mod:`importlib.resources`, so jobs find them wherever they run.
+
 The SQL lives in files so it can be read and reviewed as SQL; this module only substitutes
 ``{name}`` placeholders, and only with values it can render safely: numbers, booleans and UTC
 timestamps (as ``TIMESTAMP '...'`` literals). Table inputs are Spark temp views named in the SQL.
@@ -10,9 +13,11 @@ from __future__ import annotations
 import re
 import string
 from datetime import datetime, timezone
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+SQL_PACKAGE = "solaris.queries"
+SQL_DIR: Traversable = files(SQL_PACKAGE)  # supports ``/`` and ``read_text()`` like a Path
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -33,7 +38,7 @@ def literal(value) -> str:
     raise TypeError(f"refusing to render {type(value).__name__} {value!r} into SQL")
 
 
-def sql_path(name: str) -> Path:
+def sql_path(name: str) -> Traversable:
     if not _IDENTIFIER.match(name):
         raise ValueError(f"bad SQL file name {name!r}")
     return SQL_DIR / f"{name}.sql"

@@ -64,3 +64,53 @@ def test_warehouse_env_var_overrides_file_but_not_flags(tmp_path, monkeypatch):
     monkeypatch.setenv("SOLARIS_WAREHOUSE", str(tmp_path / "from_env"))
     assert load_config().warehouse == tmp_path / "from_env"
     assert load_config(overrides=[f"warehouse={tmp_path / 'flag'}"]).warehouse == tmp_path / "flag"
+
+
+def test_packaged_yaml_is_exactly_the_typed_defaults():
+    """One source of defaults: conf/solaris.yaml documents every key with the value solaris/config.py has."""
+    import yaml
+
+    from solaris.config import SolarisConfig, default_config_file
+
+    raw = yaml.safe_load(default_config_file().read_text())
+    assert raw == SolarisConfig().model_dump(mode="json")
+
+
+def test_yaml_header_override_examples_are_accepted():
+    import re
+
+    from solaris.config import default_config_file
+
+    header = [line for line in default_config_file().read_text().splitlines() if line.startswith("#")]
+    examples = re.findall(r"--set (\S+?)`?(?=\s|$)", "\n".join(header))
+    assert examples and load_config(overrides=examples).precompute.ttl_hours == 3
+
+
+def test_default_config_is_package_data_and_anchors_paths_at_the_checkout():
+    from pathlib import Path
+
+    import solaris
+    from solaris.config import default_config_file
+
+    root = Path(solaris.__file__).resolve().parent.parent
+    assert Path(str(default_config_file())) == root / "conf" / "solaris.yaml"  # editable install of this checkout
+    config = load_config()
+    assert config.warehouse == root / "warehouse" and config.spark.jars_dir == str(root / "jars")
+
+
+def test_relative_paths_anchor_at_solaris_home_then_the_config_file_then_the_working_dir(tmp_path, monkeypatch):
+    from solaris.config import base_dir_for
+
+    explicit = tmp_path / "project" / "conf" / "prod.yaml"
+    explicit.parent.mkdir(parents=True)
+    explicit.write_text("warehouse: data\nspark: {jars_dir: lib}\n")
+    config = load_config(explicit)
+    assert config.warehouse == tmp_path / "project" / "data"
+    assert config.spark.jars_dir == str(tmp_path / "project" / "lib")
+    # the packaged default outside a checkout (an installed wheel): the working directory
+    installed = tmp_path / "site-packages" / "solaris" / "conf" / "solaris.yaml"
+    monkeypatch.chdir(tmp_path)
+    assert base_dir_for(installed, explicit=False) == tmp_path
+    monkeypatch.setenv("SOLARIS_HOME", str(tmp_path / "home"))
+    assert base_dir_for(installed, explicit=False) == tmp_path / "home"
+    assert load_config(explicit).warehouse == tmp_path / "home" / "data"

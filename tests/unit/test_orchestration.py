@@ -43,3 +43,39 @@ def test_spark_submit_kwargs_point_at_job_files_and_jars():
     assert kwargs["conn_id"] == "spark_default" and kwargs["env_vars"]["TZ"] == "UTC"
     with pytest.raises(FileNotFoundError):
         spark_submit_kwargs("nope", [])
+
+
+def test_job_entry_files_come_from_the_installed_jobs_package():
+    import solaris.jobs
+    from pathlib import Path
+
+    from solaris.orchestration import job_application
+
+    assert Path(job_application("candidates")) == Path(solaris.jobs.__file__).parent / "candidates.py"
+    with pytest.raises(FileNotFoundError):
+        job_application("../setup")
+
+
+def test_only_params_changed_from_the_config_default_become_set_flags():
+    from solaris.orchestration import ConfigParams, changed_overrides
+
+    config = ConfigParams(ttl_hours="precompute.ttl_hours", threshold="precompute.verifier.threshold")
+    assert config.defaults == {"ttl_hours": 6, "threshold": 0.5}
+    assert changed_overrides({"ttl_hours": 6, "threshold": 0.5}, config.args().overrides) == []
+    assert changed_overrides({"ttl_hours": 3, "threshold": None}, config.args().overrides) == [
+        "--set", "precompute.ttl_hours=3", "--set", "precompute.verifier.threshold=null"]
+    assert config.args(params=["ttl_hours"]).overrides == {"ttl_hours": ("precompute.ttl_hours", 6)}
+    param = config.param(lambda default, **schema: (default, schema), "ttl_hours", "TTL", type="number")
+    assert param == (6, {"description": "TTL (default: config precompute.ttl_hours)", "type": "number"})
+
+
+def test_spark_args_render_their_templates_then_append_the_changed_overrides():
+    from solaris.orchestration import ConfigParams
+
+    args = ConfigParams(ttl_hours="precompute.ttl_hours").args("--as-of", AS_OF_TEMPLATE)
+    task = SimpleNamespace(render_template=lambda value, context: [_render(item, **context) for item in value])
+    context = {"params": {"as_of": "2000-12-01T00:00:00Z", "ttl_hours": 6}, "task": task}
+    assert args.resolve(context) == ["--as-of", "2000-12-01T00:00:00Z"]
+    context["params"]["ttl_hours"] = 2.5
+    assert args.resolve(context) == ["--as-of", "2000-12-01T00:00:00Z", "--set", "precompute.ttl_hours=2.5"]
+    assert list(args) == ["--as-of", AS_OF_TEMPLATE]  # the unrendered value is unchanged
