@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -38,8 +40,12 @@ OUTPUT_SCHEMA = (
 )
 INPUT_COLUMNS = ("user_id", "item_id", "hist_items", "hist_labels", "hist_ts", "item_count", "item_likes", "user_count")
 
-# (path, device) -> (model, version); lives as long as the Python worker.
-_MODEL_CACHE: dict[tuple[str, str], tuple[object, str]] = {}
+# (path, device) -> (model, version); lives as long as the Python worker. Bounded (least recently
+# used out first) because a long-lived worker sees a new checkpoint every retraining, and guarded by
+# a lock because Spark may run several tasks' Python in one worker process (like pyspark's ModelCache).
+MODEL_CACHE_SIZE = 4
+_MODEL_CACHE: OrderedDict[tuple[str, str], tuple[object, str]] = OrderedDict()
+_MODEL_CACHE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -77,19 +83,24 @@ def task_device() -> str:
 def load_cached(path: str, arch: str, embedding_dim: int | None, device: str, load_log_dir: str | None = None):
     """The worker-wide model cache: each (checkpoint, device) is loaded once per Python worker."""
     key = (path, device)
-    if key not in _MODEL_CACHE:
+    with _MODEL_CACHE_LOCK:
+        if key in _MODEL_CACHE:
+            _MODEL_CACHE.move_to_end(key)
+            return _MODEL_CACHE[key]
         from solaris.models.checkpoint import load_checkpoint
 
         started = time.monotonic()
         model, metadata = load_checkpoint(path, arch, embedding_dim, device=device)
         _MODEL_CACHE[key] = (model, metadata["version"])
+        while len(_MODEL_CACHE) > MODEL_CACHE_SIZE:
+            _MODEL_CACHE.popitem(last=False)
         log.warning("pid %d loaded %s %s on %s in %.2fs", os.getpid(), arch, metadata["version"], device,
                     time.monotonic() - started)
         if load_log_dir:
             os.makedirs(load_log_dir, exist_ok=True)
             with open(os.path.join(load_log_dir, f"loads-{os.getpid()}.log"), "a") as handle:
                 handle.write(f"{arch} {metadata['version']} {device}\n")
-    return _MODEL_CACHE[key]
+        return _MODEL_CACHE[key]
 
 
 def list_parts(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
