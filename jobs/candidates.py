@@ -37,10 +37,11 @@ def build_candidates(spark, config, as_of, run_id: str):
     """DataFrame of this run's candidates (contract columns), computed from events <= as_of."""
     from pyspark.sql import functions as F
 
+    from solaris.spark_features import visible_events
     from solaris.speculation import candidate_params
     from solaris.sql import render, statements
 
-    spark.read.format("delta").load(config.table_path("events")).createOrReplaceTempView("events")
+    visible_events(spark, config, as_of).createOrReplaceTempView("events")
     *views, final = statements(render("candidates", **candidate_params(config.precompute.candidates, as_of)))
     for statement in views:
         spark.sql(statement)
@@ -63,8 +64,11 @@ def run(spark, config, as_of, run_id: str) -> CandidatesResult:
     path = config.table_path("candidates")
     replace_where(frame, path, f"run_id = '{run_id}'", partition_by=["run_date"])
     written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id)
-    stats = written.groupBy().agg(F.count("*").alias("pairs"), F.countDistinct("user_id").alias("users")).collect()[0]
-    by_source = {row["source"]: row["n"] for row in written.groupBy("source").agg(F.count("*").alias("n")).collect()}
+    # per source and in total (the rollup's grand-total row) in one Spark job
+    rows = written.rollup("source").agg(F.grouping("source").alias("total"), F.count("*").alias("pairs"),
+                                        F.countDistinct("user_id").alias("users")).collect()
+    stats = next((row for row in rows if row["total"]), {"pairs": 0, "users": 0})
+    by_source = {row["source"]: row["pairs"] for row in rows if not row["total"]}
     record.rows_out = int(stats["pairs"])
     record.table_versions["candidates"] = table_version(spark, path)
     record.details = {"users": int(stats["users"]), "by_source": by_source}

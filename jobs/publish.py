@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris publish", __doc__)
 
 
-def _bad_rows(frame, dim: int) -> int:
+def _rows_and_bad_rows(frame, dim: int) -> tuple[int, int]:
+    """Servable rows and how many of them have a wrong-size or non-finite embedding, in one pass."""
     import numpy as np
     import pandas as pd
 
@@ -51,10 +52,10 @@ def _bad_rows(frame, dim: int) -> int:
             if ok_len.any():
                 values = np.frombuffer(b"".join(part.loc[ok_len, "embedding"]), dtype="<f4").reshape(-1, dim)
                 bad += int((~np.isfinite(values).all(axis=1)).sum())
-            yield pd.DataFrame({"bad": [bad]})
+            yield pd.DataFrame({"rows": [len(part)], "bad": [bad]})
 
-    result = frame.select("embedding").mapInPandas(count, "bad long").agg({"bad": "sum"}).collect()[0][0]
-    return int(result or 0)
+    row = frame.select("embedding").mapInPandas(count, "rows long, bad long").agg({"rows": "sum", "bad": "sum"}).collect()[0]
+    return int(row["sum(rows)"] or 0), int(row["sum(bad)"] or 0)
 
 
 def run(spark, config, as_of, run_id: str) -> PublishResult:
@@ -83,8 +84,7 @@ def run(spark, config, as_of, run_id: str) -> PublishResult:
             continue
         version = table_version(spark, path)
         frame = spark.read.format("delta").option("versionAsOf", version).load(path).where(F.col("expires_at") > F.lit(as_of))
-        counts[name] = frame.count()
-        bad[name] = _bad_rows(frame, dim) if counts[name] else 0
+        counts[name], bad[name] = _rows_and_bad_rows(frame, dim)
         users_by_tier[name] = frame.select("user_id").distinct()
         tables[name] = {"path": path, "version": version}
     neighbors_path = config.table_path("user_neighbors")
@@ -92,11 +92,15 @@ def run(spark, config, as_of, run_id: str) -> PublishResult:
         raise JobInputError(f"no user_neighbors at {neighbors_path}: run `solaris knn` first")
     known = spark.read.format("delta").load(neighbors_path).select("user_id")
     tables["user_neighbors"] = {"path": neighbors_path, "version": table_version(spark, neighbors_path)}
-    n_known = known.count()
     covered = None
     for frame in users_by_tier.values():
         covered = frame if covered is None else covered.union(frame)
-    n_covered = known.join(covered.distinct(), "user_id", "left_semi").count() if covered is not None else 0
+    if covered is None:
+        n_known, n_covered = known.count(), 0
+    else:  # known users and those with a servable tier, in one Spark job
+        flags = known.join(covered.distinct().withColumn("covered", F.lit(True)), "user_id", "left")
+        totals = flags.agg(F.count("*").alias("known"), F.count_if(F.col("covered")).alias("covered")).collect()[0]
+        n_known, n_covered = int(totals["known"]), int(totals["covered"])
     coverage = n_covered / n_known if n_known else 0.0
 
     directory = config.warehouse / SNAPSHOTS_DIR

@@ -121,15 +121,16 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_
             computed_at.alias("seen_at"),
         )
         good = rows.where(F.col("quarantine_reason").isNull()).select(*PAIR_COLUMNS)
-        write_quarantine(spark, config, bad, "pair_embeddings", run_id)
+        counts = rows.agg(F.count("*").alias("verified"),
+                          F.count_if(F.col("quarantine_reason").isNotNull()).alias("quarantined")).collect()[0]
+        n_verified, n_quarantined = int(counts["verified"]), int(counts["quarantined"])
+        write_quarantine(spark, config, bad, "pair_embeddings", run_id, n_rejected=n_quarantined)
         path = config.table_path("pair_embeddings")
         merge_if_new_run(good, path, keys=["user_id", "item_id"], partition_by=["expiry_bucket"])
         # Append-only history (trimmed by expire) for the 24 h user aggregates, which outlive the TTL.
         log_rows = good.withColumn("computed_date", F.to_date("computed_at"))
         replace_where(log_rows, config.table_path("pair_embeddings_log"), f"run_id = '{run_id}'", ["computed_date"])
 
-        n_verified = rows.count()
-        n_quarantined = bad.count()
         n_written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id).count()
         record.rows_in, record.rows_out, record.rows_quarantined = n_candidates, n_written, n_quarantined
         record.table_versions = {"pair_embeddings": table_version(spark, path)}

@@ -31,6 +31,7 @@ from solaris.jobs.knn import KnnResult
 from solaris.jobs.publish import PublishResult
 from solaris.jobs.score import ScoreResult
 from solaris.jobs.user_aggregates import UserAggregatesResult
+from solaris.spark_features import tick_events
 from solaris.tables import batched_audit
 from solaris.timeutil import default_run_id
 
@@ -144,7 +145,8 @@ def run_cycle(spark: "SparkSession", config: SolarisConfig, as_of: datetime, *, 
         seconds[name] = time.perf_counter() - started
 
     block_started = time.perf_counter()
-    with batched_audit(spark, config):  # the tick's `runs` rows in one commit, also after a failure
+    # the tick's `runs` rows in one commit (also after a failure); the events up to as_of read once
+    with batched_audit(spark, config), tick_events(spark, config, as_of):
         for step in CYCLE:
             if step.name not in wanted:
                 continue

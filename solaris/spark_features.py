@@ -6,13 +6,51 @@ exact features the models were trained on; the unit tests check both paths agree
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from datetime import datetime
+from typing import Any, Iterator
+
+# (events table path, as_of) -> the cached visible events of the tick being run (see tick_events).
+_TICK_EVENTS: dict[tuple[str, datetime], Any] = {}
+EVENT_COLUMNS = ("user_id", "item_id", "ts", "label")
 
 
 def visible_events(spark, config, as_of: datetime):
+    """Events with ``ts <= as_of`` (the point-in-time rule), columns the stages use.
+
+    Inside :func:`tick_events` for the same ``as_of`` this is the tick's cached frame, so the
+    stages of one tick (candidates, score, knn) read the events table once, not once each.
+    """
     from pyspark.sql import functions as F
 
-    return spark.read.format("delta").load(config.table_path("events")).where(F.col("ts") <= F.lit(as_of))
+    cached = _TICK_EVENTS.get((config.table_path("events"), as_of))
+    if cached is not None:
+        return cached
+    events = spark.read.format("delta").load(config.table_path("events"))
+    return events.where(F.col("ts") <= F.lit(as_of)).select(*EVENT_COLUMNS)
+
+
+@contextmanager
+def tick_events(spark, config, as_of: datetime) -> Iterator[None]:
+    """Cache the events visible at ``as_of`` for the stages run inside the block, then drop them.
+
+    Safe because nothing inside a tick writes events, and point-in-time by construction: the
+    cached frame holds only ``ts <= as_of``. Reads of later events (the replay measurements) go
+    to the table, never to this cache.
+    """
+    from pyspark import StorageLevel
+
+    key = (config.table_path("events"), as_of)
+    if key in _TICK_EVENTS:  # nested: the outer block owns the cache
+        yield
+        return
+    frame = visible_events(spark, config, as_of).persist(StorageLevel.MEMORY_AND_DISK)
+    _TICK_EVENTS[key] = frame
+    try:
+        yield
+    finally:
+        del _TICK_EVENTS[key]
+        frame.unpersist()
 
 
 def user_histories(events, users, history_length: int):

@@ -160,10 +160,14 @@ def replace_where(df: "DataFrame", path: str, predicate: str, partition_by: Sequ
     with_commit_retry(write, f"replaceWhere {predicate!r} in {path}")
 
 
-def write_quarantine(spark: "SparkSession", config: SolarisConfig, rejected: "DataFrame", source_table: str, run_id: str) -> None:
+def write_quarantine(spark: "SparkSession", config: SolarisConfig, rejected: "DataFrame", source_table: str, run_id: str,
+                     n_rejected: int | None = None) -> None:
     """Replace this run's quarantine rows for ``source_table`` with ``rejected``.
 
-    ``rejected`` must carry ``reason``, ``payload`` (JSON string) and ``seen_at``.
+    ``rejected`` must carry ``reason``, ``payload`` (JSON string) and ``seen_at``. A caller that
+    already counted it passes ``n_rejected``: with nothing to quarantine and nothing quarantined
+    earlier by this run, the table is left as it is instead of committing an empty replacement
+    (a Delta commit per hourly run for no change).
     """
     from pyspark.sql import functions as F
 
@@ -176,7 +180,10 @@ def write_quarantine(spark: "SparkSession", config: SolarisConfig, rejected: "Da
         F.to_date("seen_at").alias("run_date"),
     )
     predicate = f"source_table = '{_sql_str(source_table)}' AND run_id = '{_sql_str(run_id)}'"
-    replace_where(rows, config.table_path("quarantine"), predicate, partition_by=["run_date"])
+    path = config.table_path("quarantine")
+    if n_rejected == 0 and table_exists(spark, path) and spark.read.format("delta").load(path).where(predicate).isEmpty():
+        return  # same content as an empty replacement, without the commit
+    replace_where(rows, path, predicate, partition_by=["run_date"])
 
 
 # Audit rows held back by :func:`batched_audit` (None: every RunRecord.write commits at once).

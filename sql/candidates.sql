@@ -1,5 +1,5 @@
 -- Speculative candidates at {as_of}: which (user, item) pairs will be requested in the next horizon?
--- Input view: `events` (the Delta events table). Only events with ts <= {as_of} are read (docs/architecture.md §2).
+-- Input view: `events` (the events visible at {as_of}, cached once per tick). Only events with ts <= {as_of} are read (docs/architecture.md §2).
 -- Users active since {lookback_start} are crossed with three rules, each tagged in `source`:
 --   cooc      items co-engaged (same user, recent events since {cooc_start}) with the user's recent items
 --   trending  the most engaged items since {trending_start}
