@@ -3,8 +3,10 @@
 At ``--as-of t``: for every user in ``user_neighbors`` with no ``user_embeddings`` row servable at
 ``t`` (``expires_at > t``), the similarity-weighted mean of the aggregates of those neighbours
 that have one (at least ``enrichment.min_neighbors``, similarity >= ``min_similarity``;
-:func:`solaris.enrichment.impute_from_neighbors`). Written to ``imputed_embeddings`` with
-provenance (``n_neighbors``, ``mean_similarity``) and ``expires_at = t + enrichment.ttl_hours``.
+:func:`solaris.enrichment.impute_users`, one ``mapInArrow`` call per batch of whole users,
+repartitioned by user and sorted by neighbour rank). Written to ``imputed_embeddings`` with
+provenance (``n_neighbors``, ``mean_similarity``) and ``expires_at = t + enrichment.ttl_hours``;
+the label ``fm_version`` is that of the first listed neighbour with an aggregate.
 
     solaris impute --as-of 2000-12-01T03:00:00Z
 """
@@ -21,6 +23,7 @@ from solaris.runtime import job_parser, run_stage
 
 log = logging.getLogger("solaris.impute")
 
+# imputed_embeddings, column order and types (the job selects and casts its output to it)
 SCHEMA = ("user_id long, embedding binary, n_neighbors int, mean_similarity float, computed_at timestamp, "
           "expires_at timestamp, fm_version string, run_id string")
 
@@ -38,12 +41,52 @@ def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris impute", __doc__)
 
 
+PER_USER_SCHEMA = "user_id long, embedding binary, n_neighbors int, mean_similarity float, fm_version string"
+
+
+def make_imputer(dim: int, min_neighbors: int, min_similarity: float):
+    """The ``mapInArrow`` function: (user, neighbour) rows sorted by user and neighbour rank within the
+    partition -> one row per user without an aggregate; ``embedding`` is null when not imputable."""
+
+    def impute(batches):
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from solaris.embedding_codec import decode, encode_arrow
+        from solaris.enrichment import complete_groups, group_starts, impute_users
+
+        for table in complete_groups(batches, "user_id"):
+            users = table.column("user_id").to_numpy()
+            users = users[group_starts(users)]
+            has = table.filter(pc.is_valid(table.column("neighbor_embedding")))  # neighbours with an aggregate
+            result = impute_users(has.column("user_id").to_numpy(), has.column("similarity").to_numpy(),
+                                  decode(has.column("neighbor_embedding"), dim), min_neighbors, min_similarity)
+            at = np.searchsorted(users, result.user_ids)
+            missed = np.ones(len(users), dtype=bool)
+            missed[at] = False
+
+            def spread(values, fill):
+                out = np.full((len(users), *values.shape[1:]), fill, dtype=values.dtype)
+                out[at] = values
+                return out
+
+            yield pa.record_batch([
+                pa.array(users, pa.int64()),
+                pc.if_else(pa.array(~missed), encode_arrow(spread(result.embeddings, 0.0)), pa.scalar(None, pa.binary())),
+                pa.array(spread(result.n_neighbors, 0).astype(np.int32), pa.int32(), mask=missed),
+                pa.array(spread(result.mean_similarity, 0.0), pa.float32(), mask=missed),
+                has.column("fm_version").take(pa.array(spread(result.first_row, 0), mask=missed)).combine_chunks()
+                .cast(pa.string()),
+            ], names=["user_id", "embedding", "n_neighbors", "mean_similarity", "fm_version"])
+
+    return impute
+
+
 def run(spark, config, as_of, run_id: str) -> ImputeResult:
-    import pandas as pd
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from solaris.embedding_codec import decode
-    from solaris.enrichment import impute_from_neighbors
     from solaris.runtime import JobInputError
     from solaris.tables import RunRecord, merge_if_new_run, table_exists, table_version
 
@@ -59,38 +102,31 @@ def run(spark, config, as_of, run_id: str) -> ImputeResult:
     else:
         servable = spark.createDataFrame([], "neighbor_id long, neighbor_embedding binary, fm_version string")
     missing = neighbors.join(servable.select(F.col("neighbor_id").alias("user_id")), "user_id", "left_anti")
+    # every user without an aggregate keeps at least one row (outer explode, left join), so the same
+    # pass that imputes also counts them
     pairs = (
-        missing.select("user_id", F.posexplode(F.arrays_zip("neighbor_ids", "similarities")).alias("pos", "n"))
-        .select("user_id", F.col("n.neighbor_ids").alias("neighbor_id"), F.col("n.similarities").alias("similarity"))
+        missing.select("user_id", F.posexplode_outer(F.arrays_zip("neighbor_ids", "similarities")).alias("pos", "n"))
+        .select("user_id", "pos", F.col("n.neighbor_ids").alias("neighbor_id"), F.col("n.similarities").alias("similarity"))
         .join(servable, "neighbor_id", "left")
+        .repartition("user_id").sortWithinPartitions("user_id", "pos")
     )
     expires_at = as_of + timedelta(hours=enrichment.ttl_hours)
-
-    def per_user(frame: pd.DataFrame) -> pd.DataFrame:
-        none = pd.DataFrame(columns=[c.split()[0] for c in SCHEMA.split(", ")])
-        has = frame["neighbor_embedding"].notna().to_numpy()
-        if not has.any():
-            return none
-        # neighbours without an aggregate get a zero placeholder; `has` keeps them out of the mean
-        stacked = decode([value if ok else b"\x00" * 4 * dim
-                          for value, ok in zip(frame["neighbor_embedding"], has)], dim)
-        result = impute_from_neighbors(frame["similarity"].to_numpy(), stacked, has,
-                                       enrichment.min_neighbors, enrichment.min_similarity)
-        if result is None:
-            return none
-        version = frame.loc[has, "fm_version"].iloc[0]
-        return pd.DataFrame({
-            "user_id": [int(frame["user_id"].iloc[0])], "embedding": [result.embedding.astype("<f4").tobytes()],
-            "n_neighbors": [result.n_neighbors], "mean_similarity": [result.mean_similarity],
-            "computed_at": [pd.Timestamp(as_of)], "expires_at": [pd.Timestamp(expires_at)],
-            "fm_version": [version], "run_id": [run_id],
-        })
-
-    imputed = pairs.groupBy("user_id").applyInPandas(per_user, SCHEMA)
-    path = config.table_path("imputed_embeddings")
-    merge_if_new_run(imputed, path, keys=["user_id"])
-    n_missing = missing.count()
-    n_written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id).count()
+    per_user = pairs.mapInArrow(make_imputer(dim, enrichment.min_neighbors, enrichment.min_similarity),
+                                PER_USER_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        constants = {"computed_at": as_of, "expires_at": expires_at, "run_id": run_id}
+        imputed = per_user.where(F.col("embedding").isNotNull()).select(
+            *[(F.lit(constants[name]) if name in constants else F.col(name)).cast(kind).alias(name)
+              for name, kind in (column.split() for column in SCHEMA.split(", "))])
+        path = config.table_path("imputed_embeddings")
+        merge_if_new_run(imputed, path, keys=["user_id"])
+        # both counts in one Spark job: users without an aggregate (cached pass) and rows this run holds
+        written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id)
+        counts = per_user.agg(F.count("*").alias("missing")).crossJoin(written.agg(F.count("*").alias("written")))
+        stats = counts.collect()[0]
+    finally:
+        per_user.unpersist()
+    n_missing, n_written = int(stats["missing"]), int(stats["written"])
     record.rows_in, record.rows_out = n_missing, n_written
     record.table_versions = {"imputed_embeddings": table_version(spark, path)}
     result = ImputeResult(users_without_aggregate=n_missing, imputed=n_written, not_imputable=n_missing - n_written)

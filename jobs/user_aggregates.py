@@ -2,8 +2,9 @@
 
 At ``--as-of t``: reads ``pair_embeddings_log`` rows with ``t - window < computed_at <= t`` (the
 latest row per pair, so a pair re-scored every hour is not over-weighted), averages each user's
-embeddings (plain or recency-weighted, optional L2 normalisation: :mod:`solaris.enrichment`) in
-an ``applyInPandas`` group, and MERGEs ``user_embeddings`` on ``user_id`` with
+embeddings (plain or recency-weighted, optional L2 normalisation: :func:`solaris.enrichment.aggregate_users`)
+with one ``mapInArrow`` call per batch of whole users (repartitioned by user, sorted within
+partitions; no per-user Python call), and MERGEs ``user_embeddings`` on ``user_id`` with
 ``expires_at = t + enrichment.ttl_hours``. Rerunning the same run id changes nothing.
 
     solaris user-aggregates --as-of 2000-12-01T03:00:00Z
@@ -21,6 +22,7 @@ from solaris.runtime import job_parser, run_stage
 
 log = logging.getLogger("solaris.user_aggregates")
 
+# user_embeddings, column order and types (the job selects and casts its output to it)
 SCHEMA = ("user_id long, embedding binary, n_pairs int, window_start timestamp, window_end timestamp, "
           "computed_at timestamp, expires_at timestamp, fm_version string, run_id string")
 
@@ -38,13 +40,33 @@ def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris user-aggregates", __doc__)
 
 
+def make_aggregator(dim: int, as_of_s: int, mode: str, half_life_hours: float, l2_normalize: bool):
+    """The ``mapInArrow`` function: rows sorted by user within the partition -> one row per user."""
+
+    def aggregate(batches):
+        import numpy as np
+        import pyarrow as pa
+
+        from solaris.embedding_codec import decode, encode_arrow
+        from solaris.enrichment import aggregate_users, complete_groups
+
+        for table in complete_groups(batches, "user_id"):
+            result = aggregate_users(table.column("user_id").to_numpy(), decode(table.column("embedding"), dim),
+                                     table.column("computed_s").to_numpy(), as_of_s, mode, half_life_hours, l2_normalize)
+            if len(result.user_ids):
+                yield pa.record_batch([
+                    pa.array(result.user_ids, pa.int64()), encode_arrow(result.embeddings),
+                    pa.array(result.n_pairs.astype(np.int32), pa.int32()),
+                    table.column("fm_version").take(pa.array(result.latest_row)).combine_chunks().cast(pa.string()),
+                ], names=["user_id", "embedding", "n_pairs", "fm_version"])
+
+    return aggregate
+
+
 def run(spark, config, as_of, run_id: str) -> UserAggregatesResult:
-    import pandas as pd
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from solaris.embedding_codec import decode
-    from solaris.enrichment import aggregate_user
     from solaris.tables import RunRecord, merge_if_new_run, table_exists, table_version
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
@@ -56,29 +78,25 @@ def run(spark, config, as_of, run_id: str) -> UserAggregatesResult:
         log.warning("no pair_embeddings_log yet at %s: no user aggregates", log_path)
         record.write(spark, config, "success")
         return UserAggregatesResult(users=0, pairs=0, window_start=None)
-    latest = Window.partitionBy("user_id", "item_id").orderBy(F.col("computed_at").desc())
+    # One shuffle by user: the latest-row-per-pair window (partitioned by user, item) reuses it, and
+    # each task then aggregates whole runs of users at once in numpy.
+    latest = Window.partitionBy("user_id", "item_id").orderBy(F.col("computed_at").desc(), F.col("run_id").desc())
     pairs = (
         spark.read.format("delta").load(log_path)
         .where((F.col("computed_at") > F.lit(window_start)) & (F.col("computed_at") <= F.lit(as_of)))
+        .select("user_id", "item_id", "embedding", "computed_at", "fm_version", "run_id")
+        .repartition("user_id")
         .withColumn("_rank", F.row_number().over(latest)).where("_rank = 1")
-        .select("user_id", "embedding", F.unix_seconds("computed_at").alias("computed_s"), "fm_version")
+        .select("user_id", "item_id", "embedding", F.unix_seconds("computed_at").alias("computed_s"), "fm_version")
+        .sortWithinPartitions("user_id", "item_id")
     )
-    as_of_s = int(as_of.timestamp())
-
-    def per_user(frame: pd.DataFrame) -> pd.DataFrame:
-        result = aggregate_user(decode(frame["embedding"].tolist(), dim), frame["computed_s"].to_numpy(), as_of_s,
-                                enrichment.aggregation, enrichment.half_life_hours, enrichment.l2_normalize)
-        if result is None:
-            return pd.DataFrame(columns=[c.split()[0] for c in SCHEMA.split(", ")])
-        latest_version = frame.sort_values("computed_s")["fm_version"].iloc[-1]
-        return pd.DataFrame({
-            "user_id": [int(frame["user_id"].iloc[0])], "embedding": [result.embedding.astype("<f4").tobytes()],
-            "n_pairs": [result.n_pairs], "window_start": [pd.Timestamp(window_start)], "window_end": [pd.Timestamp(as_of)],
-            "computed_at": [pd.Timestamp(as_of)], "expires_at": [pd.Timestamp(expires_at)],
-            "fm_version": [latest_version], "run_id": [run_id],
-        })
-
-    aggregates = pairs.groupBy("user_id").applyInPandas(per_user, SCHEMA)
+    aggregator = make_aggregator(dim, int(as_of.timestamp()), enrichment.aggregation, enrichment.half_life_hours,
+                                 enrichment.l2_normalize)
+    per_user = pairs.mapInArrow(aggregator, "user_id long, embedding binary, n_pairs int, fm_version string")
+    constants = {"window_start": window_start, "window_end": as_of, "computed_at": as_of, "expires_at": expires_at,
+                 "run_id": run_id}
+    aggregates = per_user.select(*[(F.lit(constants[name]) if name in constants else F.col(name)).cast(kind).alias(name)
+                                   for name, kind in (column.split() for column in SCHEMA.split(", "))])
     path = config.table_path("user_embeddings")
     merge_if_new_run(aggregates, path, keys=["user_id"])
     written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id)
