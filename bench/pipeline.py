@@ -35,7 +35,6 @@ import numpy as np
 import psutil
 
 
-
 class PeakMemory:
     """Peak RSS (GiB) of this process and all its descendants, sampled on a thread."""
 
@@ -105,7 +104,7 @@ def run_scale(spark_holder: dict, n_events: int, args, model_roots: tuple[Path, 
         f"precompute.candidates.lookback_hours={args.lookback_hours}",
         f"precompute.candidates.per_user={args.per_user}", "precompute.candidates.budget=1000000000",
         "precompute.verifier.threshold=null", *args.overrides])
-    for source, name in zip(model_roots, ("fm", "vm_baseline")):
+    for source, name in zip(model_roots, ("fm", "vm_baseline"), strict=True):
         shutil.copytree(source, warehouse / "models" / name)
     spark = spark_holder.get("spark") or get_spark(config, "bench-pipeline")
     spark_holder["spark"] = spark
@@ -157,13 +156,19 @@ def main() -> None:
         for stage in STAGE_NAMES:
             seconds = row["stage_seconds"][stage]
             print(f"  {stage:<16}{seconds:>8.1f}s  {row['pairs'] / seconds:>10,.0f} pairs/s")
-        print(f"  {'cycle total':<16}{row['total_seconds']:>8.1f}s  {row['pairs'] / row['total_seconds']:>10,.0f} pairs/s"
-              f"  ({row['pairs']:,} candidate pairs, {row['verified']:,} verified; peak RSS {row['peak_rss_gib']:.2f} GiB)",
-              flush=True)
+        print(
+            f"  {'cycle total':<16}{row['total_seconds']:>8.1f}s  {row['pairs'] / row['total_seconds']:>10,.0f} pairs/s"
+            f"  ({row['pairs']:,} candidate pairs, {row['verified']:,} verified;"
+            f" peak RSS {row['peak_rss_gib']:.2f} GiB)",
+            flush=True,
+        )
     print("\nevents       pairs        cycle s   pairs/s   peak GiB")
     for row in results:
-        print(f"{row['events']:>11,} {row['pairs']:>10,} {row['total_seconds']:>10.1f} {row['pairs'] / row['total_seconds']:>9,.0f}"
-              f" {row['peak_rss_gib']:>9.2f}")
+        print(
+            f"{row['events']:>11,} {row['pairs']:>10,} {row['total_seconds']:>10.1f}"
+            f" {row['pairs'] / row['total_seconds']:>9,.0f}"
+            f" {row['peak_rss_gib']:>9.2f}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     if len(results) >= 2:

@@ -33,15 +33,29 @@ def main() -> None:
     started = time.perf_counter()
     tables = TierTables(
         args.dim,
-        Tier.build([keys[:, 0], keys[:, 1]], rng.standard_normal((len(keys), args.dim), dtype=np.float32),
-                   np.full(len(keys), now - 3600), now + rng.uniform(-3600, 6 * 3600, len(keys))),
-        Tier.build([np.arange(args.users)], rng.standard_normal((args.users, args.dim), dtype=np.float32),
-                   np.full(args.users, now - 7200), np.full(args.users, now + 3600)),
-        Tier.build([np.arange(args.users, 2 * args.users)], rng.standard_normal((args.users, args.dim), dtype=np.float32),
-                   np.full(args.users, now - 7200), np.full(args.users, now + 3600)),
+        Tier.build(
+            [keys[:, 0], keys[:, 1]],
+            rng.standard_normal((len(keys), args.dim), dtype=np.float32),
+            np.full(len(keys), now - 3600),
+            now + rng.uniform(-3600, 6 * 3600, len(keys)),
+        ),
+        Tier.build(
+            [np.arange(args.users)],
+            rng.standard_normal((args.users, args.dim), dtype=np.float32),
+            np.full(args.users, now - 7200),
+            np.full(args.users, now + 3600),
+        ),
+        Tier.build(
+            [np.arange(args.users, 2 * args.users)],
+            rng.standard_normal((args.users, args.dim), dtype=np.float32),
+            np.full(args.users, now - 7200),
+            np.full(args.users, now + 3600),
+        ),
     )
-    print(f"snapshot: {len(keys):,} pairs, {args.users:,} aggregates, {args.users:,} imputed, D={args.dim}; "
-          f"built in {time.perf_counter() - started:.1f}s")
+    print(
+        f"snapshot: {len(keys):,} pairs, {args.users:,} aggregates, {args.users:,} imputed, D={args.dim}; "
+        f"built in {time.perf_counter() - started:.1f}s"
+    )
     latencies = []
     for request in range(args.requests + 50):
         hits = rng.integers(0, len(keys), args.batch // 2)
@@ -52,8 +66,10 @@ def main() -> None:
         if request >= 50:  # warm-up
             latencies.append(time.perf_counter() - started)
     ms = np.array(latencies) * 1000
-    print(f"{args.requests} requests of {args.batch} pairs: p50 {np.percentile(ms, 50):.3f} ms, "
-          f"p99 {np.percentile(ms, 99):.3f} ms, max {ms.max():.3f} ms")
+    print(
+        f"{args.requests} requests of {args.batch} pairs: p50 {np.percentile(ms, 50):.3f} ms, "
+        f"p99 {np.percentile(ms, 99):.3f} ms, max {ms.max():.3f} ms"
+    )
 
 
 if __name__ == "__main__":

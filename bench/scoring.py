@@ -110,23 +110,31 @@ def main() -> None:
     from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
     offsets = inputs["offsets"]
-    table = pa.table({
-        "user_id": pa.array(inputs["user_id"], pa.int64()), "item_id": pa.array(inputs["item_id"], pa.int64()),
-        "hist_items": pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(inputs["hist_items"], pa.int64())),
-        "hist_labels": pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(inputs["hist_labels"], pa.float32())),
-        "hist_ts": pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(inputs["hist_ts"], pa.int64())),
-        "item_count": pa.array(inputs["item_count"], pa.int64()),
-        "item_likes": pa.array(inputs["item_likes"], pa.float64()),
-        "user_count": pa.array(inputs["user_count"], pa.int64()),
-    })
+    table = pa.table(
+        {
+            "user_id": pa.array(inputs["user_id"], pa.int64()),
+            "item_id": pa.array(inputs["item_id"], pa.int64()),
+            "hist_items": pa.ListArray.from_arrays(
+                pa.array(offsets, pa.int32()), pa.array(inputs["hist_items"], pa.int64())
+            ),
+            "hist_labels": pa.ListArray.from_arrays(
+                pa.array(offsets, pa.int32()), pa.array(inputs["hist_labels"], pa.float32())
+            ),
+            "hist_ts": pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(inputs["hist_ts"], pa.int64())),
+            "item_count": pa.array(inputs["item_count"], pa.int64()),
+            "item_likes": pa.array(inputs["item_likes"], pa.float64()),
+            "user_count": pa.array(inputs["user_count"], pa.int64()),
+        }
+    )
     parquet_dir = workdir / "features"
     parquet_dir.mkdir()
     rows_per_file = -(-args.pairs // (args.threads * 4))
     for index, start in enumerate(range(0, args.pairs, rows_per_file)):
         pq.write_table(table.slice(start, rows_per_file), parquet_dir / f"part-{index:03d}.parquet")
     spark = get_spark(config, "bench-scoring")
-    spec = ScoringSpec(str(fm_dir), str(vm_dir), dim, config.model.history_length, request_ts,
-                       batch_size, torch_threads=1)
+    spec = ScoringSpec(
+        str(fm_dir), str(vm_dir), dim, config.model.history_length, request_ts, batch_size, torch_threads=1
+    )
 
     def spark_pass(limit: int | None, target: str) -> None:
         frame = spark.read.parquet(str(parquet_dir))
@@ -142,8 +150,10 @@ def main() -> None:
     written = spark.read.format("delta").load(str(workdir / "pair_embeddings")).count()
     assert written == args.pairs, written
     spark_rate = args.pairs / spark_seconds
-    print(f"(b) Spark local[{args.threads}] mapInArrow -> Delta (binary embedding): {spark_rate:>10,.0f} pairs/s "
-          f"({spark_seconds:.1f}s)")
+    print(
+        f"(b) Spark local[{args.threads}] mapInArrow -> Delta (binary embedding): {spark_rate:>10,.0f} pairs/s "
+        f"({spark_seconds:.1f}s)"
+    )
     own, children = peak_rss_mb()
     print(f"peak RSS: driver process {own:,.0f} MB, largest child (JVM / Python worker) {children:,.0f} MB")
     spark.stop()

@@ -21,7 +21,7 @@ from datetime import datetime
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param
 
-from solaris.orchestration import HOURLY_DEFAULT_ARGS, AS_OF_PATTERN, ASSET_AS_OF_TEMPLATE, stage_operators
+from solaris.orchestration import AS_OF_PATTERN, ASSET_AS_OF_TEMPLATE, HOURLY_DEFAULT_ARGS, stage_operators
 from solaris.pipeline import ENRICHMENT
 
 PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")

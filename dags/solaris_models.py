@@ -49,7 +49,9 @@ with DAG(
     )
     train_distilled = SparkSubmitOperator(
         task_id="train_distilled",
-        doc_md="Train the distilled VM: soft labels from FMs of the new FM's architecture, cross-fitted over time folds.",
+        doc_md=(
+            "Train the distilled VM: soft labels from FMs of the new FM's architecture, cross-fitted over time folds."
+        ),
         **spark_submit_kwargs("train_vm", CONFIG.args("--as-of", AS_OF_TEMPLATE, "--variant", "distilled")),
     )
     train_fm >> [train_verifier, train_distilled]

@@ -25,7 +25,7 @@ from datetime import datetime
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param, task
 
-from solaris.orchestration import HOURLY_DEFAULT_ARGS, AS_OF_PATTERN, AS_OF_TEMPLATE, ConfigParams, stage_operators
+from solaris.orchestration import AS_OF_PATTERN, AS_OF_TEMPLATE, HOURLY_DEFAULT_ARGS, ConfigParams, stage_operators
 from solaris.pipeline import PRECOMPUTE
 
 PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")

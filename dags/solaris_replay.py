@@ -16,7 +16,7 @@ Params that tune the config (epochs, TTL, evaluation window and seeds) default t
 
 Trigger from the UI with Params, or:
 `airflow dags test solaris_replay -c '{"dataset": "ml-100k", "start": "1998-03-01T00:00:00Z", "end": "1998-03-01T03:00:00Z"}'`
-"""
+"""  # noqa: E501 - a command to copy whole
 
 from __future__ import annotations
 
@@ -28,8 +28,13 @@ from airflow.sdk import DAG, Param
 
 from solaris.orchestration import AS_OF_PATTERN, ConfigParams, spark_submit_kwargs
 
-CONFIG = ConfigParams(max_epochs="model.training.max_epochs", ttl_hours="precompute.ttl_hours",
-                      eval_hours="evaluation.eval_hours", tail_hours="evaluation.tail_hours", seeds="evaluation.seeds")
+CONFIG = ConfigParams(
+    max_epochs="model.training.max_epochs",
+    ttl_hours="precompute.ttl_hours",
+    eval_hours="evaluation.eval_hours",
+    tail_hours="evaluation.tail_hours",
+    seeds="evaluation.seeds",
+)
 
 with DAG(
     dag_id="solaris_replay",
@@ -41,20 +46,34 @@ with DAG(
     tags=["solaris", "replay", "backfill"],
     default_args={"retries": 1, "retry_delay": timedelta(minutes=1)},
     params={
-        "dataset": Param("ml-1m", type="string", minLength=1,
-                         description="ml-1m, ml-100k, synthetic, or a file/folder path (MovieLens, RecBole, CSV, Parquet)"),
+        "dataset": Param(
+            "ml-1m",
+            type="string",
+            minLength=1,
+            description="ml-1m, ml-100k, synthetic, or a file/folder path (MovieLens, RecBole, CSV, Parquet)",
+        ),
         "start": Param("2000-12-01T00:00:00Z", type="string", pattern=AS_OF_PATTERN, description="first tick (UTC)"),
         "end": Param("2000-12-01T03:00:00Z", type="string", pattern=AS_OF_PATTERN, description="end (exclusive)"),
-        "max_epochs": CONFIG.param(Param, "max_epochs", "FM/VM training epochs (upper bound)", type="integer",
-                                   minimum=1, maximum=50),
-        "ttl_hours": CONFIG.param(Param, "ttl_hours", "embedding TTL in hours", type="number", exclusiveMinimum=0,
-                                  maximum=168),
-        "evaluate": Param(False, type="boolean", description="then run the knowledge-transfer evaluation at T0 = start"),
-        "eval_hours": CONFIG.param(Param, "eval_hours", "evaluation: hours scored after start", type="number",
-                                   exclusiveMinimum=0, maximum=720),
-        "tail_hours": CONFIG.param(Param, "tail_hours",
-                                   "evaluation: hours before start replayed to fine-tune the VM variants",
-                                   type="number", exclusiveMinimum=0, maximum=720),
+        "max_epochs": CONFIG.param(
+            Param, "max_epochs", "FM/VM training epochs (upper bound)", type="integer", minimum=1, maximum=50
+        ),
+        "ttl_hours": CONFIG.param(
+            Param, "ttl_hours", "embedding TTL in hours", type="number", exclusiveMinimum=0, maximum=168
+        ),
+        "evaluate": Param(
+            False, type="boolean", description="then run the knowledge-transfer evaluation at T0 = start"
+        ),
+        "eval_hours": CONFIG.param(
+            Param, "eval_hours", "evaluation: hours scored after start", type="number", exclusiveMinimum=0, maximum=720
+        ),
+        "tail_hours": CONFIG.param(
+            Param,
+            "tail_hours",
+            "evaluation: hours before start replayed to fine-tune the VM variants",
+            type="number",
+            exclusiveMinimum=0,
+            maximum=720,
+        ),
         "seeds": CONFIG.param(Param, "seeds", "evaluation: seeds (mean ± std)", type="integer", minimum=1, maximum=20),
     },
 ) as dag:
@@ -71,14 +90,16 @@ with DAG(
     train_verifier = SparkSubmitOperator(
         task_id="train_verifier",
         doc_md="Train the baseline VM (the verifier) on events up to `start`.",
-        **spark_submit_kwargs("train_vm", CONFIG.args("--as-of", "{{ params.start }}", "--variant", "baseline",
-                                                         params=["max_epochs"])),
+        **spark_submit_kwargs(
+            "train_vm", CONFIG.args("--as-of", "{{ params.start }}", "--variant", "baseline", params=["max_epochs"])
+        ),
     )
     replay = SparkSubmitOperator(
         task_id="replay",
         doc_md="Hour-by-hour precompute from `start` to `end`, with hit rates.",
-        **spark_submit_kwargs("replay", CONFIG.args("--start", "{{ params.start }}", "--end", "{{ params.end }}",
-                                                    params=["ttl_hours"])),
+        **spark_submit_kwargs(
+            "replay", CONFIG.args("--start", "{{ params.start }}", "--end", "{{ params.end }}", params=["ttl_hours"])
+        ),
     )
     evaluate_requested = ShortCircuitOperator(
         task_id="evaluate_requested",

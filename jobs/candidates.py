@@ -14,8 +14,16 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from solaris.runtime import job_parser, run_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
+    from pyspark.sql import DataFrame, SparkSession
+
+    from solaris.config import SolarisConfig
 
 log = logging.getLogger("solaris.candidates")
 
@@ -33,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris candidates", __doc__)
 
 
-def build_candidates(spark, config, as_of, run_id: str):
+def build_candidates(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> DataFrame:
     """DataFrame of this run's candidates (contract columns), computed from events <= as_of."""
     from pyspark.sql import functions as F
 
@@ -54,7 +62,7 @@ def build_candidates(spark, config, as_of, run_id: str):
     )
 
 
-def run(spark, config, as_of, run_id: str) -> CandidatesResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> CandidatesResult:
     from pyspark.sql import functions as F
 
     from solaris.tables import RunRecord, replace_where, table_version
@@ -79,9 +87,14 @@ def run(spark, config, as_of, run_id: str) -> CandidatesResult:
 
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
-        build_parser(), argv, "candidates", "precompute",
+        build_parser(),
+        argv,
+        "candidates",
+        "precompute",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
-        report=lambda config, result: f"candidates: {config.table_path('candidates')} pairs={result.pairs} users={result.users}",
+        report=lambda config, result: (
+            f"candidates: {config.table_path('candidates')} pairs={result.pairs} users={result.users}"
+        ),
     )
 
 

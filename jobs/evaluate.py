@@ -31,9 +31,23 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, cast
 
-from solaris.timeutil import utc_stamp
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
+from solaris.timeutil import utc_stamp
+
+if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
+    import pandas as pd
+    from pyspark.sql import SparkSession
+    from torch import nn
+
+    from solaris.config import SolarisConfig
+    from solaris.evaluation import EvaluationWindow
+    from solaris.features import Features
+    from solaris.models.training import EventArrays
+    from solaris.models.vm import VerticalModel
 
 log = logging.getLogger("solaris.evaluate")
 
@@ -46,7 +60,9 @@ QUICK_OVERRIDES = [
 
 def build_parser() -> argparse.ArgumentParser:
     parser = job_parser("solaris evaluate", __doc__, with_as_of=False)
-    parser.add_argument("--as-of", type=as_of_arg, required=True, help="T0: end of training, start of the scored window")
+    parser.add_argument(
+        "--as-of", type=as_of_arg, required=True, help="T0: end of training, start of the scored window"
+    )
     parser.add_argument("--name", help="output folder under <warehouse>/evaluation (default: t0-<T0>)")
     parser.add_argument("--quick", action="store_true", help="CI preset: " + " ".join(QUICK_OVERRIDES))
     parser.add_argument("--force", action="store_true", help="recompute seeds that already have a result")
@@ -54,22 +70,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _arrays(spark, config, end):
+def _arrays(spark: SparkSession, config: SolarisConfig, end: datetime) -> EventArrays:
     from solaris.models.training import EventArrays
     from solaris.tables import training_events
 
     return EventArrays.from_frame(training_events(spark, config, end))
 
 
-def _seed_config(config, seed_dir: Path, seed: int, n_ticks: int):
+def _seed_config(config: SolarisConfig, seed_dir: Path, seed: int, n_ticks: int) -> SolarisConfig:
     """The seed's own warehouse: same settings, its own tables, models and every tick's snapshot kept."""
-    return config.model_copy(update={
-        "warehouse": seed_dir, "seed": seed,
-        "enrichment": config.enrichment.model_copy(update={"snapshots_kept": n_ticks + 1}),
-    })
+    return config.model_copy(
+        update={
+            "warehouse": seed_dir,
+            "seed": seed,
+            "enrichment": config.enrichment.model_copy(update={"snapshots_kept": n_ticks + 1}),
+        }
+    )
 
 
-def _copy_events(spark, config, seed_config) -> None:
+def _copy_events(spark: SparkSession, config: SolarisConfig, seed_config: SolarisConfig) -> None:
     from solaris.tables import table_exists
 
     target = seed_config.table_path("events")
@@ -77,7 +96,9 @@ def _copy_events(spark, config, seed_config) -> None:
         spark.read.format("delta").load(config.table_path("events")).write.format("delta").save(target)
 
 
-def _trained(root: Path, role: str, dim: int, expected: dict, train):
+def _trained(
+    root: Path, role: str, dim: int | None, expected: dict, train: Callable[[], tuple[nn.Module, dict[str, Any]]]
+) -> nn.Module:
     """Reuse the checkpoint under ``root`` if it was trained with ``expected`` metadata, else train."""
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 
@@ -91,7 +112,15 @@ def _trained(root: Path, role: str, dim: int, expected: dict, train):
     return model
 
 
-def evaluate_seed(spark, config, window, events, features, seed: int, seed_dir: Path) -> dict:
+def evaluate_seed(
+    spark: SparkSession,
+    config: SolarisConfig,
+    window: EvaluationWindow,
+    events: EventArrays,
+    features: Features,
+    seed: int,
+    seed_dir: Path,
+) -> dict:
     import numpy as np
 
     from solaris import evaluation
@@ -110,29 +139,38 @@ def evaluate_seed(spark, config, window, events, features, seed: int, seed_dir: 
     for name, rows in (("before the tail", pre), ("in the tail", tail), ("in the evaluation window", scored)):
         if rows.size < 10:
             raise JobInputError(f"only {rows.size} events {name}; choose another --as-of or longer windows")
-    log.info("seed %d: %d events up to %s (FM, verifier), %d in the tail, %d scored requests", seed, pre.size,
-             window.fm_cutoff, tail.size, scored.size)
+    log.info(
+        "seed %d: %d events up to %s (FM, verifier), %d in the tail, %d scored requests",
+        seed,
+        pre.size,
+        window.fm_cutoff,
+        tail.size,
+        scored.size,
+    )
     events_pre, features_pre = events.select(pre), features.take(pre)
     expected = {"as_of": window.fm_cutoff.isoformat(), "seed": seed}
 
     started = time.monotonic()
     _copy_events(spark, config, cfg)
 
-    def fit_fm():
+    def fit_fm() -> tuple[nn.Module, dict[str, Any]]:
         result = train_fm(events, cfg, seed, features=features, rows=pre)
         return result.model, training_metadata("fm", window.fm_cutoff, seed, events_pre, result)
 
-    def fit_verifier():
+    def fit_verifier() -> tuple[nn.Module, dict[str, Any]]:
         result = train_vm(events_pre, cfg, seed, "baseline", features=features_pre)
         return result.model, training_metadata("vm_baseline", window.fm_cutoff, seed, events_pre, result)
 
     fm = _trained(seed_dir / "models" / "fm", "fm", dim, expected, fit_fm)
-    verifier = _trained(seed_dir / "models" / "vm_baseline", "vm", None, expected, fit_verifier)
+    verifier = cast("VerticalModel", _trained(seed_dir / "models" / "vm_baseline", "vm", None, expected, fit_verifier))
     timings["train_fm_and_verifier_s"] = time.monotonic() - started
 
     started = time.monotonic()
     teacher = out_of_fold_teacher_logits(events_pre, cfg, seed, features_pre, cfg.model.distillation.teacher_folds)
-    distilled_base = train_vm(events_pre, cfg, seed, "distilled", teacher_logits=teacher, features=features_pre).model
+    distilled_base = cast(
+        "VerticalModel",
+        train_vm(events_pre, cfg, seed, "distilled", teacher_logits=teacher, features=features_pre).model,
+    )
     timings["train_distilled_s"] = time.monotonic() - started
 
     started = time.monotonic()
@@ -145,19 +183,26 @@ def evaluate_seed(spark, config, window, events, features, seed: int, seed_dir: 
     tick_of = window.serving_tick(events.ts[served_rows])
     vectors = np.zeros((served_rows.size, dim), dtype=np.float32)
     tiers = np.zeros(served_rows.size, dtype=np.int64)
-    per_tick = []
+    per_tick: list[dict[str, Any]] = []
     for index, tick in enumerate(ticks):
         mine = np.flatnonzero(tick_of == index)
         manifest = seed_dir / SNAPSHOTS_DIR / f"snapshot-{utc_stamp(tick)}.json"
         if mine.size:
             rows = served_rows[mine]
-            got, tier, age = load_snapshot(manifest).resolve(events.user_id[rows], events.item_id[rows],
-                                                             events.ts[rows].astype(np.float64))
+            got, tier, age = load_snapshot(manifest).resolve(
+                events.user_id[rows], events.item_id[rows], events.ts[rows].astype(np.float64)
+            )
             if np.any((tier > 0) & ~(age > 0)):  # an embedding computed at or after its request = leakage
                 raise RuntimeError(f"snapshot {manifest.name} served an embedding not older than its request")
             vectors[mine], tiers[mine] = got, tier
-        per_tick.append({"tick": tick.isoformat(), "scored_window": tick >= window.t0, "requests": int(mine.size),
-                         **(evaluation.coverage_by_tier(tiers[mine]) if mine.size else {})})
+        per_tick.append(
+            {
+                "tick": tick.isoformat(),
+                "scored_window": tick >= window.t0,
+                "requests": int(mine.size),
+                **(evaluation.coverage_by_tier(tiers[mine]) if mine.size else {}),
+            }
+        )
     timings["resolve_s"] = time.monotonic() - started
     in_tail = slice(0, tail.size)
     in_scored = slice(tail.size, served_rows.size)
@@ -167,17 +212,34 @@ def evaluate_seed(spark, config, window, events, features, seed: int, seed_dir: 
     training = cfg.model.training.model_copy(update={"batch_size": cfg.evaluation.finetune_batch_size})
     events_tail, features_tail = events.select(tail), features.take(tail)
     _, tail_teacher, _ = predict(fm, features_tail, with_embeddings=True)
-    served_tail = {"fm_embedding": vectors[in_tail], "fm_tier": tiers[in_tail]}
-    common = {"features": features_tail, "training": training}
+    served_tail: dict[str, np.ndarray] = {"fm_embedding": vectors[in_tail], "fm_tier": tiers[in_tail]}
+    common: dict[str, Any] = {"features": features_tail, "training": training}
     models = {
         "vm_baseline": train_vm(events_tail, cfg, seed, "baseline", init_from=verifier, **common).model,
-        "vm_distilled": train_vm(events_tail, cfg, seed, "distilled", teacher_logits=tail_teacher,
-                                 init_from=distilled_base, **common).model,
-        "solaris": train_vm(events_tail, cfg, seed, "solaris", fm_embedding=served_tail["fm_embedding"],
-                            fm_tier=served_tail["fm_tier"], init_from=verifier, **common).model,
-        "solaris_distilled": train_vm(events_tail, cfg, seed, "solaris_distilled", teacher_logits=tail_teacher,
-                                      fm_embedding=served_tail["fm_embedding"], fm_tier=served_tail["fm_tier"],
-                                      init_from=distilled_base, **common).model,
+        "vm_distilled": train_vm(
+            events_tail, cfg, seed, "distilled", teacher_logits=tail_teacher, init_from=distilled_base, **common
+        ).model,
+        "solaris": train_vm(
+            events_tail,
+            cfg,
+            seed,
+            "solaris",
+            fm_embedding=served_tail["fm_embedding"],
+            fm_tier=served_tail["fm_tier"],
+            init_from=verifier,
+            **common,
+        ).model,
+        "solaris_distilled": train_vm(
+            events_tail,
+            cfg,
+            seed,
+            "solaris_distilled",
+            teacher_logits=tail_teacher,
+            fm_embedding=served_tail["fm_embedding"],
+            fm_tier=served_tail["fm_tier"],
+            init_from=distilled_base,
+            **common,
+        ).model,
     }
     timings["finetune_vms_s"] = time.monotonic() - started
 
@@ -207,17 +269,23 @@ def evaluate_seed(spark, config, window, events, features, seed: int, seed_dir: 
     }
 
 
-def _replay_figures(spark, cfg, window, per_tick, n_scored):
+def _replay_figures(
+    spark: SparkSession, cfg: SolarisConfig, window: EvaluationWindow, per_tick: list[dict], n_scored: int
+) -> tuple[dict[str, dict], dict[str, float]]:
     """Hit rates per tick and FM passes spent in the scored window, from the seed's ``runs`` table."""
     from pyspark.sql import functions as F
 
     from solaris import evaluation
 
-    runs = (spark.read.format("delta").load(cfg.table_path("runs")).where(F.col("status") == "success")
-            .where(F.col("job").isin("hit_rate", "score", "knn"))
-            .where((F.col("as_of") >= F.lit(window.fm_cutoff)) & (F.col("as_of") < F.lit(window.end)))
-            .select("job", F.date_format("as_of", "yyyy-MM-dd'T'HH:mm:ss").alias("as_of"), "rows_in", "details")
-            .toPandas())
+    runs: pd.DataFrame = (
+        spark.read.format("delta")
+        .load(cfg.table_path("runs"))
+        .where(F.col("status") == "success")
+        .where(F.col("job").isin("hit_rate", "score", "knn"))
+        .where((F.col("as_of") >= F.lit(window.fm_cutoff)) & (F.col("as_of") < F.lit(window.end)))
+        .select("job", F.date_format("as_of", "yyyy-MM-dd'T'HH:mm:ss").alias("as_of"), "rows_in", "details")
+        .toPandas()
+    )
     hit_rates, pairs, users = {}, 0, 0
     tick_of = {t["tick"][:19]: t["tick"] for t in per_tick}  # runs' as_of (second precision) -> tick key
     scored_ticks = {row["tick"][:19] for row in per_tick if row["scored_window"]}
@@ -225,16 +293,21 @@ def _replay_figures(spark, cfg, window, per_tick, n_scored):
         details = json.loads(row.details)
         tick = tick_of.get(row.as_of)
         if row.job == "hit_rate" and tick:
-            hit_rates[tick] = {"candidates_hit_rate": details.get("candidates_hit_rate"),
-                               "verified_hit_rate": details.get("verified_hit_rate")}
+            hit_rates[tick] = {
+                "candidates_hit_rate": details.get("candidates_hit_rate"),
+                "verified_hit_rate": details.get("verified_hit_rate"),
+            }
         elif row.as_of in scored_ticks:
             pairs += int(row.rows_in) if row.job == "score" else 0
             users += int(row.rows_in) if row.job == "knn" else 0
-    return hit_rates, {"fm_pairs_scored": pairs, "fm_users_represented": users,
-                       "fm_passes_per_request": evaluation.fm_passes_per_request(pairs, users, n_scored)}
+    return hit_rates, {
+        "fm_pairs_scored": pairs,
+        "fm_users_represented": users,
+        "fm_passes_per_request": evaluation.fm_passes_per_request(pairs, users, n_scored),
+    }
 
 
-def run(spark, config, t0, name: str | None = None, force: bool = False) -> dict:
+def run(spark: SparkSession, config: SolarisConfig, t0: datetime, name: str | None = None, force: bool = False) -> dict:
     from solaris import evaluation
     from solaris.evaluation_report import write_report
     from solaris.features import training_features
@@ -244,8 +317,14 @@ def run(spark, config, t0, name: str | None = None, force: bool = False) -> dict
     out_dir = config.resolve_under_warehouse(Path(settings.output) / (name or f"t0-{utc_stamp(t0)}"))
     out_dir.mkdir(parents=True, exist_ok=True)
     fingerprint = evaluation.seed_fingerprint(t0, config)
-    log.info("evaluation %s: FM trained up to %s, replay %d ticks to %s, %d seeds", out_dir, window.fm_cutoff,
-             len(window.ticks()), window.end, settings.seeds)
+    log.info(
+        "evaluation %s: FM trained up to %s, replay %d ticks to %s, %d seeds",
+        out_dir,
+        window.fm_cutoff,
+        len(window.ticks()),
+        window.end,
+        settings.seeds,
+    )
     events = _arrays(spark, config, window.end)
     features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
     results, wall = [], time.monotonic()
@@ -270,15 +349,26 @@ def run(spark, config, t0, name: str | None = None, force: bool = False) -> dict
         tmp = result_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"fingerprint": fingerprint, "result": result}, indent=2, default=str))
         tmp.replace(result_path)
-        log.info("seed %d done in %.0fs: NE fm %.4f, vm %.4f, distilled %.4f, solaris tiers1-3 %.4f; coverage "
-                 "tier1 %.1f%% / 1-2 %.1f%% / 1-3 %.1f%%", seed, result["cost"]["seed_wall_s"],
-                 *(result["variants"][v]["ne"] for v in ("fm", "vm_baseline", "vm_distilled", "solaris_tiers123")),
-                 *(100 * result["coverage"][k] for k in ("tiers1", "tiers1-2", "tiers1-3")))
+        log.info(
+            "seed %d done in %.0fs: NE fm %.4f, vm %.4f, distilled %.4f, solaris tiers1-3 %.4f; coverage "
+            "tier1 %.1f%% / 1-2 %.1f%% / 1-3 %.1f%%",
+            seed,
+            result["cost"]["seed_wall_s"],
+            *(result["variants"][v]["ne"] for v in ("fm", "vm_baseline", "vm_distilled", "solaris_tiers123")),
+            *(100 * result["coverage"][k] for k in ("tiers1", "tiers1-2", "tiers1-3")),
+        )
         results.append(result)
     summary = {
-        "output": str(out_dir), "t0": t0.isoformat(), "fm_cutoff": window.fm_cutoff.isoformat(), "end": window.end.isoformat(),
-        "settings": settings.model_dump(), "warehouse": str(config.warehouse), "seeds": [r["seed"] for r in results],
-        **evaluation.aggregate_seeds(results), "per_seed": results, "wall_s": time.monotonic() - wall,
+        "output": str(out_dir),
+        "t0": t0.isoformat(),
+        "fm_cutoff": window.fm_cutoff.isoformat(),
+        "end": window.end.isoformat(),
+        "settings": settings.model_dump(),
+        "warehouse": str(config.warehouse),
+        "seeds": [r["seed"] for r in results],
+        **evaluation.aggregate_seeds(results),
+        "per_seed": results,
+        "wall_s": time.monotonic() - wall,
     }
     paths = write_report(out_dir, summary)
     log.info("evaluation written: %s", ", ".join(str(p) for p in paths))
@@ -303,12 +393,18 @@ def main(argv: list[str] | None = None) -> int:
             ne, tr, pooled = row["ne"], row["transfer_ratio"], row["transfer_ratio_pooled"]
             ratio = ""
             if name in TRANSFER_VARIANTS:
-                ratio = "  transfer " + ("n/a" if pooled != pooled else f"{pooled:+.3f}") + (
-                    "" if tr["mean"] is None else f" (per seed {tr['mean']:+.3f} ± {tr['std']:.3f}, n={tr['n']})")
+                ratio = (
+                    "  transfer "
+                    + ("n/a" if pooled != pooled else f"{pooled:+.3f}")
+                    + ("" if tr["mean"] is None else f" (per seed {tr['mean']:+.3f} ± {tr['std']:.3f}, n={tr['n']})")
+                )
             print(f"{name:<20} NE {ne['mean']:.4f} ± {ne['std']:.4f}  AUC {row['auc']['mean']:.4f}{ratio}")
         cov = summary["coverage"]
-        print("coverage tier1 {:.1%}, tiers1-2 {:.1%}, tiers1-3 {:.1%}".format(
-            *(cov[k]["mean"] for k in ("tiers1", "tiers1-2", "tiers1-3"))))
+        print(
+            "coverage tier1 {:.1%}, tiers1-2 {:.1%}, tiers1-3 {:.1%}".format(
+                *(cov[k]["mean"] for k in ("tiers1", "tiers1-2", "tiers1-3"))
+            )
+        )
         print(f"report: {summary['output']}/report.md (metrics.json, *.png)")
 
     return run_job("evaluate", body)

@@ -16,8 +16,16 @@ import logging
 import sys
 from dataclasses import asdict, dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from solaris.runtime import job_parser, run_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
+    from pyspark.sql import SparkSession
+
+    from solaris.config import SolarisConfig
 
 log = logging.getLogger("solaris.expire")
 
@@ -40,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(spark, config, as_of, run_id: str, optimize: bool = False, vacuum: bool = True) -> ExpireResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, optimize: bool = False,
+        vacuum: bool = True) -> ExpireResult:
     from delta.tables import DeltaTable
 
     from solaris.sql import literal
@@ -85,8 +94,13 @@ def run(spark, config, as_of, run_id: str, optimize: bool = False, vacuum: bool 
 
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
-        build_parser(), argv, "expire", "precompute",
-        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id, args.optimize, not args.no_vacuum),
+        build_parser(),
+        argv,
+        "expire",
+        "precompute",
+        run=lambda spark, config, args, run_id: run(
+            spark, config, args.as_of, run_id, args.optimize, not args.no_vacuum
+        ),
         report=lambda config, result: f"expired={result.expired} from {config.table_path('pair_embeddings')}",
     )
 

@@ -22,8 +22,16 @@ import logging
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from solaris.runtime import job_parser, run_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
+    from pyspark.sql import DataFrame, SparkSession
+
+    from solaris.config import SolarisConfig
 
 log = logging.getLogger("solaris.hit_rate")
 
@@ -73,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris hit-rate", __doc__)
 
 
-def run(spark, config, as_of, run_id: str) -> HitRateResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> HitRateResult:
     from pyspark.sql import functions as F
 
     from solaris.tables import RunRecord
@@ -81,7 +89,7 @@ def run(spark, config, as_of, run_id: str) -> HitRateResult:
     horizon_end = as_of + timedelta(hours=config.precompute.horizon_hours)
     keys = ["user_id", "item_id"]
 
-    def flagged(frame, flag: str):
+    def flagged(frame: DataFrame, flag: str) -> DataFrame:
         return frame.select(*keys).distinct().withColumn(flag, F.lit(True))
 
     requests = flagged(spark.read.format("delta").load(config.table_path("events"))
@@ -117,7 +125,9 @@ def run(spark, config, as_of, run_id: str) -> HitRateResult:
     return result
 
 
-def coverage(spark, config, as_of, manifest_path: str, run_id: str) -> CoverageResult:
+def coverage(
+    spark: SparkSession, config: SolarisConfig, as_of: datetime, manifest_path: str, run_id: str
+) -> CoverageResult:
     """Resolve the next hour's requests through the snapshot just published; share per tier."""
     from solaris.serving.resolver import coverage as tier_shares
     from solaris.serving.resolver import load_snapshot
@@ -137,7 +147,7 @@ def coverage(spark, config, as_of, manifest_path: str, run_id: str) -> CoverageR
     return result
 
 
-def _pct(value) -> str:
+def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 

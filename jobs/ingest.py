@@ -18,11 +18,16 @@ import logging
 import sys
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING, Iterator
 
 from solaris import events as rules
 from solaris.config import SolarisConfig
 from solaris.runtime import JobInputError, add_common_args, as_of_arg, config_from_args, run_job, setup_logging
 from solaris.sources import LAYOUTS, ColumnMap, SourceError, SourceSpec, resolve_source
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("solaris.ingest")
 
@@ -61,7 +66,7 @@ class IngestResult:
     events_path: str
 
 
-def read_raw(spark, spec: SourceSpec, config: SolarisConfig):
+def read_raw(spark: SparkSession, spec: SourceSpec, config: SolarisConfig) -> DataFrame:
     """Any supported layout -> DataFrame of string columns ``raw_user .. raw_label``."""
     from pyspark.sql import functions as F
 
@@ -94,7 +99,7 @@ def read_raw(spark, spec: SourceSpec, config: SolarisConfig):
     return _select_columns(frame, spec.columns, spec.path)
 
 
-def _select_columns(frame, columns: ColumnMap, path: str):
+def _select_columns(frame: DataFrame, columns: ColumnMap, path: str) -> DataFrame:
     from pyspark.sql import functions as F
 
     present = set(frame.columns)
@@ -119,14 +124,14 @@ def _select_columns(frame, columns: ColumnMap, path: str):
     )
 
 
-def _synthetic_raw(spark, config: SolarisConfig):
+def _synthetic_raw(spark: SparkSession, config: SolarisConfig) -> DataFrame:
     from pyspark.sql import functions as F
 
     from solaris.synthetic import generate_chunk, item_world
 
     synthetic, seed = config.synthetic, config.seed
 
-    def chunks(batches):
+    def chunks(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         items = item_world(synthetic, seed)  # once per task, identical in every task
         for batch in batches:
             for chunk in batch["id"].tolist():
@@ -143,7 +148,7 @@ def _synthetic_raw(spark, config: SolarisConfig):
     )
 
 
-def _all_digits(raw, column: str) -> bool:
+def _all_digits(raw: DataFrame, column: str) -> bool:
     from pyspark.sql import functions as F
 
     value = F.trim(F.col(column))
@@ -151,7 +156,9 @@ def _all_digits(raw, column: str) -> bool:
     return offending == 0
 
 
-def classify(raw, spec: SourceSpec, config: SolarisConfig, as_of: datetime | None):
+def classify(
+    raw: DataFrame, spec: SourceSpec, config: SolarisConfig, as_of: datetime | None
+) -> tuple[DataFrame, tuple[bool, bool]]:
     """Parse raw rows and attach ``reason`` (NULL for valid rows), duplicates included."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -185,7 +192,9 @@ def classify(raw, spec: SourceSpec, config: SolarisConfig, as_of: datetime | Non
     ).drop("_rank"), id_is_int
 
 
-def ingest(spark, config: SolarisConfig, spec: SourceSpec, as_of: datetime | None, run_id: str) -> IngestResult:
+def ingest(
+    spark: SparkSession, config: SolarisConfig, spec: SourceSpec, as_of: datetime | None, run_id: str
+) -> IngestResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -196,7 +205,8 @@ def ingest(spark, config: SolarisConfig, spec: SourceSpec, as_of: datetime | Non
     classified, id_is_int = classify(read_raw(spark, spec, config), spec, config, as_of)
     classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        counts = {row["reason"]: row["n"] for row in classified.groupBy("reason").agg(F.count("*").alias("n")).collect()}
+        reason_rows = classified.groupBy("reason").agg(F.count("*").alias("n")).collect()
+        counts = {row["reason"]: row["n"] for row in reason_rows}
         rows_valid = int(counts.pop(None, 0))
         rows_in = rows_valid + sum(counts.values())
         log.info("read %d rows: %d valid, %d quarantined %s", rows_in, rows_valid, rows_in - rows_valid, counts or "")
@@ -247,10 +257,10 @@ def ingest(spark, config: SolarisConfig, spec: SourceSpec, as_of: datetime | Non
         classified.unpersist()
 
 
-def _check_id_collisions(valid, id_is_int: tuple[bool, bool]) -> None:
+def _check_id_collisions(valid: DataFrame, id_is_int: tuple[bool, bool]) -> None:
     from pyspark.sql import functions as F
 
-    for (column, raw), is_int in zip((("user_id", "raw_user"), ("item_id", "raw_item")), id_is_int):
+    for (column, raw), is_int in zip((("user_id", "raw_user"), ("item_id", "raw_item")), id_is_int, strict=True):
         if is_int:
             continue
         clashes = valid.groupBy(column).agg(F.countDistinct(F.trim(raw)).alias("n")).where("n > 1").limit(1).collect()
@@ -258,12 +268,14 @@ def _check_id_collisions(valid, id_is_int: tuple[bool, bool]) -> None:
             raise JobInputError(f"hash collision on {column} {clashes[0][column]}: use --id-mode int or report it")
 
 
-def _id_map_rows(valid, id_is_int: tuple[bool, bool], dataset: str):
+def _id_map_rows(valid: DataFrame, id_is_int: tuple[bool, bool], dataset: str) -> DataFrame | None:
     from pyspark.sql import functions as F
 
     parts = [
         valid.select(F.lit(namespace).alias("namespace"), F.trim(raw).alias("raw_id"), F.col(column).alias("id"))
-        for (namespace, raw, column), is_int in zip((("user", "raw_user", "user_id"), ("item", "raw_item", "item_id")), id_is_int)
+        for (namespace, raw, column), is_int in zip(
+            (("user", "raw_user", "user_id"), ("item", "raw_item", "item_id")), id_is_int, strict=True
+        )
         if not is_int
     ]
     if not parts:

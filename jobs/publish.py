@@ -17,8 +17,17 @@ import argparse
 import logging
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator
 
 from solaris.runtime import job_parser, run_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+    from solaris.config import SolarisConfig
 
 log = logging.getLogger("solaris.publish")
 
@@ -39,12 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris publish", __doc__)
 
 
-def _rows_and_bad_rows(frame, dim: int) -> tuple[int, int]:
+def _rows_and_bad_rows(frame: DataFrame, dim: int) -> tuple[int, int]:
     """Servable rows and how many of them have a wrong-size or non-finite embedding, in one pass."""
     import numpy as np
     import pandas as pd
 
-    def count(frames):
+    def count(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for part in frames:
             lengths = part["embedding"].map(len).to_numpy()
             ok_len = lengths == 4 * dim
@@ -54,11 +63,16 @@ def _rows_and_bad_rows(frame, dim: int) -> tuple[int, int]:
                 bad += int((~np.isfinite(values).all(axis=1)).sum())
             yield pd.DataFrame({"rows": [len(part)], "bad": [bad]})
 
-    row = frame.select("embedding").mapInPandas(count, "rows long, bad long").agg({"rows": "sum", "bad": "sum"}).collect()[0]
+    row = (
+        frame.select("embedding")
+        .mapInPandas(count, "rows long, bad long")
+        .agg({"rows": "sum", "bad": "sum"})
+        .collect()[0]
+    )
     return int(row["sum(rows)"] or 0), int(row["sum(bad)"] or 0)
 
 
-def run(spark, config, as_of, run_id: str) -> PublishResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> PublishResult:
     from pyspark.sql import functions as F
 
     from solaris.runtime import JobInputError
@@ -75,15 +89,25 @@ def run(spark, config, as_of, run_id: str) -> PublishResult:
 
     dim = config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="publish", as_of=as_of)
-    tables, counts, bad, users_by_tier = {}, {}, {}, {}
-    log.info("publish %s: checking servable rows of %s at their current Delta versions", run_id, ", ".join(EMBEDDING_TABLES))
+    tables: dict[str, dict[str, Any]] = {}
+    counts: dict[str, int] = {}
+    bad: dict[str, int] = {}
+    users_by_tier: dict[str, DataFrame] = {}
+    log.info(
+        "publish %s: checking servable rows of %s at their current Delta versions", run_id, ", ".join(EMBEDDING_TABLES)
+    )
     for name in EMBEDDING_TABLES:
         path = config.table_path(name)
         if not table_exists(spark, path):
             counts[name], bad[name] = 0, 0
             continue
         version = table_version(spark, path)
-        frame = spark.read.format("delta").option("versionAsOf", version).load(path).where(F.col("expires_at") > F.lit(as_of))
+        frame = (
+            spark.read.format("delta")
+            .option("versionAsOf", version)
+            .load(path)
+            .where(F.col("expires_at") > F.lit(as_of))
+        )
         counts[name], bad[name] = _rows_and_bad_rows(frame, dim)
         users_by_tier[name] = frame.select("user_id").distinct()
         tables[name] = {"path": path, "version": version}
@@ -108,8 +132,13 @@ def run(spark, config, as_of, run_id: str) -> PublishResult:
     previous = read_manifest(previous_path) if previous_path and previous_path.is_file() else None
     previous_coverage = previous["coverage"]["users_any_tier"] if previous else None
     reasons = quality_gate(counts, bad, coverage, previous_coverage, config.enrichment.coverage_tolerance)
-    record.details = {"row_counts": counts, "bad_rows": bad, "users_known": n_known, "coverage": coverage,
-                      "previous_coverage": previous_coverage}
+    record.details = {
+        "row_counts": counts,
+        "bad_rows": bad,
+        "users_known": n_known,
+        "coverage": coverage,
+        "previous_coverage": previous_coverage,
+    }
     if reasons:
         record.details["refused"] = reasons
         record.write(spark, config, "refused")
@@ -117,9 +146,16 @@ def run(spark, config, as_of, run_id: str) -> PublishResult:
     fm_versions = set()
     if "pair_embeddings" in tables:  # the versions of what the manifest pins, not of the latest table
         pinned = tables["pair_embeddings"]
-        fm_versions = {row[0] for row in spark.read.format("delta").option("versionAsOf", pinned["version"])
-                       .load(pinned["path"]).where(F.col("expires_at") > F.lit(as_of))
-                       .select("fm_version").distinct().collect()}
+        fm_versions = {
+            row[0]
+            for row in spark.read.format("delta")
+            .option("versionAsOf", pinned["version"])
+            .load(pinned["path"])
+            .where(F.col("expires_at") > F.lit(as_of))
+            .select("fm_version")
+            .distinct()
+            .collect()
+        }
     manifest = {
         "snapshot_id": f"snapshot-{utc_stamp(as_of)}",
         "as_of": as_of.isoformat(),
@@ -130,18 +166,27 @@ def run(spark, config, as_of, run_id: str) -> PublishResult:
         "row_counts": counts,
         "coverage": {"users_any_tier": coverage, "users_known": n_known, "users_covered": n_covered},
     }
-    path = write_manifest(directory, manifest, config.enrichment.snapshots_kept)
+    manifest_path = write_manifest(directory, manifest, config.enrichment.snapshots_kept)
     record.rows_out = sum(counts.values())
     record.table_versions = {name: spec["version"] for name, spec in tables.items()}
-    record.details["manifest"] = str(path)
+    record.details["manifest"] = str(manifest_path)
     record.write(spark, config, "success")
-    log.info("published %s: %s servable rows, coverage %.1f%% of %d known users", path, counts, 100 * coverage, n_known)
-    return PublishResult(manifest=str(path), coverage=coverage, users_known=n_known, row_counts=counts)
+    log.info(
+        "published %s: %s servable rows, coverage %.1f%% of %d known users",
+        manifest_path,
+        counts,
+        100 * coverage,
+        n_known,
+    )
+    return PublishResult(manifest=str(manifest_path), coverage=coverage, users_known=n_known, row_counts=counts)
 
 
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
-        build_parser(), argv, "publish", "enrichment",
+        build_parser(),
+        argv,
+        "publish",
+        "enrichment",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
         report=lambda config, result: f"snapshot: {result.manifest} coverage={result.coverage:.3f}",
     )

@@ -17,8 +17,17 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+
+if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
+    from pyspark.sql import SparkSession
+
+    from solaris.config import SolarisConfig
+    from solaris.pipeline import CycleResult
 
 log = logging.getLogger("solaris.replay")
 
@@ -35,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _done(spark, config, run_id: str) -> bool:
+def _done(spark: SparkSession, config: SolarisConfig, run_id: str) -> bool:
     from pyspark.sql import functions as F
 
     from solaris.pipeline import LAST_MEASURE
@@ -49,7 +58,8 @@ def _done(spark, config, run_id: str) -> bool:
     return runs.where(done).limit(1).count() > 0
 
 
-def run(spark, config, start, end, step_hours: float = 1.0, force: bool = False) -> list:
+def run(spark: SparkSession, config: SolarisConfig, start: datetime, end: datetime, step_hours: float = 1.0,
+        force: bool = False) -> list[CycleResult]:
     """Run :func:`solaris.pipeline.run_cycle` (with the replay measurements) at every tick."""
     from solaris.pipeline import run_cycle, run_ids, tick_schedule
     from solaris.runtime import JobInputError
@@ -67,9 +77,11 @@ def run(spark, config, start, end, step_hours: float = 1.0, force: bool = False)
     return summary
 
 
-def summary_line(cycle) -> str:
+def summary_line(cycle: CycleResult) -> str:
     """One printable line per replayed tick: counts, hit rates, KNN recall, coverage by tier."""
     rate = lambda value: "n/a" if value is None else f"{value:.3f}"  # noqa: E731
+    # a replayed cycle runs every stage and the measurements (measure=True)
+    assert cycle.candidates and cycle.score and cycle.expire and cycle.hit_rate and cycle.knn and cycle.coverage
     parts = [f"as_of={cycle.as_of.isoformat()}", f"candidates={cycle.candidates.pairs}",
              f"verified={cycle.score.verified}", f"written={cycle.score.written}",
              f"quarantined={cycle.score.quarantined}", f"expired={cycle.expire.expired}",

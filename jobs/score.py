@@ -23,8 +23,16 @@ import argparse
 import logging
 import sys
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from solaris.runtime import JobInputError, job_parser, run_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
+    from pyspark.sql import DataFrame, SparkSession
+
+    from solaris.config import SolarisConfig, VerifierConfig
 
 log = logging.getLogger("solaris.score")
 
@@ -54,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_path: str | None = None,
-        load_log_dir: str | None = None) -> ScoreResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, fm_path: str | None = None,
+        verifier_path: str | None = None, load_log_dir: str | None = None) -> ScoreResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -101,28 +109,38 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_
         if n_candidates == 0:
             log.warning("run %s has no candidates; nothing to score", run_id)
         threshold = effective_threshold(scores, pre.verifier)
-        verified = scored.where(F.col("verifier_score") >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False))
+        verified = scored.where(
+            F.col("verifier_score") >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False)
+        )
         if pre.verifier.top_k_per_user is not None:
             from pyspark.sql import Window
 
             window = Window.partitionBy("user_id").orderBy(F.col("verifier_score").desc(), F.col("item_id"))
-            verified = verified.withColumn("_rank", F.row_number().over(window)).where(
-                F.col("_rank") <= pre.verifier.top_k_per_user).drop("_rank")
+            verified = (
+                verified.withColumn("_rank", F.row_number().over(window))
+                .where(F.col("_rank") <= pre.verifier.top_k_per_user)
+                .drop("_rank")
+            )
         computed_at = F.lit(as_of).cast("timestamp")
         expires_at = computed_at + F.expr(f"make_dt_interval(0, 0, 0, {float(pre.ttl_hours) * 3600.0})")
         rows = verified.select(
-            "*", F.lit(run_id).alias("run_id"), computed_at.alias("computed_at"), expires_at.alias("expires_at"),
+            "*",
+            F.lit(run_id).alias("run_id"),
+            computed_at.alias("computed_at"),
+            expires_at.alias("expires_at"),
         ).withColumn("expiry_bucket", F.date_trunc(pre.expiry_bucket, "expires_at"))
 
         bad = rows.where(F.col("quarantine_reason").isNotNull()).select(
             F.col("quarantine_reason").alias("reason"),
-            F.to_json(F.struct("user_id", "item_id", "fm_score", "verifier_score", "fm_version", "verifier_version",
-                               "run_id")).alias("payload"),
+            F.to_json(
+                F.struct("user_id", "item_id", "fm_score", "verifier_score", "fm_version", "verifier_version", "run_id")
+            ).alias("payload"),
             computed_at.alias("seen_at"),
         )
         good = rows.where(F.col("quarantine_reason").isNull()).select(*PAIR_COLUMNS)
-        counts = rows.agg(F.count("*").alias("verified"),
-                          F.count_if(F.col("quarantine_reason").isNotNull()).alias("quarantined")).collect()[0]
+        counts = rows.agg(
+            F.count("*").alias("verified"), F.count_if(F.col("quarantine_reason").isNotNull()).alias("quarantined")
+        ).collect()[0]
         n_verified, n_quarantined = int(counts["verified"]), int(counts["quarantined"])
         write_quarantine(spark, config, bad, "pair_embeddings", run_id, n_rejected=n_quarantined)
         path = config.table_path("pair_embeddings")
@@ -135,20 +153,31 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None, verifier_
         record.rows_in, record.rows_out, record.rows_quarantined = n_candidates, n_written, n_quarantined
         record.table_versions = {"pair_embeddings": table_version(spark, path)}
         result = ScoreResult(
-            candidates=n_candidates, verified=n_verified, written=n_written, quarantined=n_quarantined,
+            candidates=n_candidates,
+            verified=n_verified,
+            written=n_written,
+            quarantined=n_quarantined,
             effective_threshold=None if threshold == float("inf") else threshold,
-            fm_version=fm_meta["version"], verifier_version=verifier_meta["version"],
+            fm_version=fm_meta["version"],
+            verifier_version=verifier_meta["version"],
         )
         record.details = asdict(result)
         record.write(spark, config, "success")
-        log.info("run %s: %d candidates -> %d verified (threshold %.4f) -> %d written, %d quarantined",
-                 run_id, n_candidates, n_verified, threshold, n_written, n_quarantined)
+        log.info(
+            "run %s: %d candidates -> %d verified (threshold %.4f) -> %d written, %d quarantined",
+            run_id,
+            n_candidates,
+            n_verified,
+            threshold,
+            n_written,
+            n_quarantined,
+        )
         return result
     finally:
         scored.unpersist()
 
 
-def _threshold_inputs(scored, rule):
+def _threshold_inputs(scored: DataFrame, rule: VerifierConfig) -> tuple[int, list[float]]:
     """Candidate count and the few verifier scores the threshold rule depends on, in one Spark job.
 
     The driver never collects every score (that grows with the data): the rule only needs the
@@ -170,10 +199,15 @@ def _threshold_inputs(scored, rule):
 
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
-        build_parser(), argv, "score", "precompute",
+        build_parser(),
+        argv,
+        "score",
+        "precompute",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id, args.fm, args.verifier),
-        report=lambda config, result: (f"pair_embeddings: {config.table_path('pair_embeddings')} written={result.written} "
-                f"verified={result.verified} candidates={result.candidates} quarantined={result.quarantined}"),
+        report=lambda config, result: (
+            f"pair_embeddings: {config.table_path('pair_embeddings')} written={result.written} "
+            f"verified={result.verified} candidates={result.candidates} quarantined={result.quarantined}"
+        ),
     )
 
 

@@ -13,8 +13,8 @@ import argparse
 import logging
 import sys
 
-from solaris.timeutil import utc_stamp
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
+from solaris.timeutil import utc_stamp
 
 log = logging.getLogger("solaris.train_fm")
 
@@ -48,7 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         run_id = args.run_id or f"train_fm-{utc_stamp(args.as_of)}-s{seed}"
         record = RunRecord(run_id=run_id, job="train_fm", as_of=args.as_of)
         events = EventArrays.from_frame(training_events(spark, config, args.as_of))
-        log.info("training FM on %d events (%d users) up to %s on %s", len(events), len(set(events.user_id)), args.as_of, device)
+        log.info(
+            "training FM on %d events (%d users) up to %s on %s",
+            len(events),
+            len(set(events.user_id)),
+            args.as_of,
+            device,
+        )
         result = train_fm(events, config, seed, device=device)
         metadata = training_metadata("fm", args.as_of, seed, events, result)
         folder = save_checkpoint(result.model, output, metadata)

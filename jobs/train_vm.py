@@ -19,8 +19,8 @@ import argparse
 import logging
 import sys
 
-from solaris.timeutil import utc_stamp
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
+from solaris.timeutil import utc_stamp
 
 log = logging.getLogger("solaris.train_vm")
 
@@ -62,14 +62,17 @@ def main(argv: list[str] | None = None) -> int:
         run_id = args.run_id or f"train_vm_{args.variant}-{utc_stamp(args.as_of)}-s{seed}"
         record = RunRecord(run_id=run_id, job=f"train_vm_{args.variant}", as_of=args.as_of)
         events = EventArrays.from_frame(training_events(spark, config, args.as_of))
-        features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
-        teacher_logits, teacher_info = None, {}
+        features = training_features(
+            events.user_id, events.item_id, events.ts, events.label, config.model.history_length
+        )
+        teacher_logits, teacher_info = None, dict[str, object]()
         if teacher is not None:
             teacher_logits, teacher_info = distillation_teacher_logits(events, config, seed, features, teacher)
         log.info("training VM[%s] on %d events up to %s", args.variant, len(events), args.as_of)
         result = train_vm(events, config, seed, args.variant, teacher_logits=teacher_logits, features=features)
-        metadata = training_metadata(f"vm_{args.variant}", args.as_of, seed, events, result,
-                                     teacher_fm_version=teacher_version, **teacher_info)
+        metadata = training_metadata(
+            f"vm_{args.variant}", args.as_of, seed, events, result, teacher_fm_version=teacher_version, **teacher_info
+        )
         folder = save_checkpoint(result.model, output, metadata)
         record.rows_in, record.rows_out = len(events), 1
         record.details = {"checkpoint": str(folder), "version": folder.name, **result.validation}

@@ -327,7 +327,7 @@ def base_dir_for(config_file: Traversable | os.PathLike | str, explicit: bool) -
     if os.environ.get(HOME_ENV_VAR):
         return Path(os.environ[HOME_ENV_VAR]).expanduser().resolve()
     if explicit:
-        return Path(config_file).resolve().parent.parent
+        return Path(config_file).resolve().parent.parent  # type: ignore[arg-type]  # explicit: a file path
     if isinstance(config_file, Path):
         root = config_file.resolve().parent.parent
         if config_file.parent.name == "conf" and (root / "setup.py").is_file():

@@ -8,6 +8,8 @@ throughput) while a packed binary column reaches ~0.75. Readers decode with :fun
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pyarrow as pa
 
@@ -24,7 +26,7 @@ def encode_arrow(embeddings: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(matrix.tobytes())])
 
 
-def decode(values, dim: int) -> np.ndarray:
+def decode(values: pa.Array | pa.ChunkedArray | Iterable[bytes], dim: int) -> np.ndarray:
     """Binary values (Arrow array, list of bytes) -> ``[n, dim]`` float32; wrong lengths raise."""
     if isinstance(values, (pa.ChunkedArray,)):
         values = values.combine_chunks()
@@ -35,7 +37,11 @@ def decode(values, dim: int) -> np.ndarray:
             values = values.cast(pa.binary())
         offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[values.offset: values.offset + len(values) + 1]
         lengths = np.diff(offsets)
-        data = np.frombuffer(values.buffers()[2], dtype=np.uint8)[offsets[0]: offsets[-1]] if len(values) else np.empty(0, np.uint8)
+        data = (
+            np.frombuffer(values.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+            if len(values)
+            else np.empty(0, np.uint8)
+        )
     else:
         values = list(values)
         lengths = np.array([len(v) for v in values], dtype=np.int64)

@@ -23,10 +23,15 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from solaris import metrics
+
+if TYPE_CHECKING:  # pragma: no cover
+    from solaris.config import SolarisConfig
 
 VARIANTS = ("fm", "vm_baseline", "vm_distilled", "solaris_tier1", "solaris_tiers12", "solaris_tiers123",
             "solaris_distilled")
@@ -69,7 +74,7 @@ class EvaluationWindow:
             current += step
         return out
 
-    def serving_tick(self, ts_seconds) -> np.ndarray:
+    def serving_tick(self, ts_seconds: ArrayLike) -> np.ndarray:
         """Index into :meth:`ticks` of the snapshot that serves a request at ``ts`` (-1: none).
 
         A request in ``(tick, tick + step]`` is served by the snapshot published at ``tick``: it
@@ -132,7 +137,7 @@ def fm_passes_per_request(pairs_scored: int, users_represented: int, requests: i
     return float((pairs_scored + users_represented) / requests) if requests else float("nan")
 
 
-def mean_std(values) -> dict[str, float | None]:
+def mean_std(values: Iterable[float | None]) -> dict[str, float | None]:
     """Mean and (population) std over seeds, ignoring NaN; ``None`` when no seed had a value."""
     array = np.asarray([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))],
                        dtype=np.float64)
@@ -147,7 +152,9 @@ def aggregate_seeds(seed_results: list[dict]) -> dict:
         raise ValueError("no seed results to aggregate")
     out: dict = {"variants": {}, "coverage": {}, "cost": {}}
     for name in VARIANTS:
-        out["variants"][name] = {key: mean_std([r["variants"][name].get(key) for r in seed_results]) for key in METRIC_KEYS}
+        out["variants"][name] = {
+            key: mean_std([r["variants"][name].get(key) for r in seed_results]) for key in METRIC_KEYS
+        }
     for name in VARIANTS:  # ratio of the mean NEs: robust when one seed's FM-VM gap is tiny
         ne = {v: out["variants"][v]["ne"]["mean"] for v in (name, "vm_baseline", "fm")}
         out["variants"][name]["transfer_ratio_pooled"] = _ratio(ne["vm_baseline"], ne[name], ne["fm"])
@@ -158,17 +165,26 @@ def aggregate_seeds(seed_results: list[dict]) -> dict:
     return out
 
 
-def seed_fingerprint(t0: datetime, config) -> dict:
+def seed_fingerprint(t0: datetime, config: SolarisConfig) -> dict:
     """Everything one seed's result depends on (JSON-plain), to know when a saved one is reusable."""
-    return json.loads(json.dumps({
-        "t0": t0.isoformat(), "evaluation": config.evaluation.model_dump(), "model": config.model.model_dump(),
-        "precompute": config.precompute.model_dump(), "enrichment": config.enrichment.model_dump(),
-    }, default=str))
+    return json.loads(
+        json.dumps(
+            {
+                "t0": t0.isoformat(),
+                "evaluation": config.evaluation.model_dump(),
+                "model": config.model.model_dump(),
+                "precompute": config.precompute.model_dump(),
+                "enrichment": config.enrichment.model_dump(),
+            },
+            default=str,
+        )
+    )
 
 
 def same_settings(saved: dict | None, current: dict) -> bool:
     """Equal fingerprints, ignoring how many seeds the evaluation runs (a seed's result does not
     depend on it: adding or dropping seeds reuses the finished ones)."""
+
     def strip(fingerprint: dict) -> dict:
         plain = json.loads(json.dumps(fingerprint, default=str))
         plain.get("evaluation", {}).pop("seeds", None)

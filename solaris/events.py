@@ -110,7 +110,9 @@ def rejection_reason_sql(
         (f"rating IS NOT NULL AND (isnan(rating) OR rating < {low!r} OR rating > {high!r})", "rating out of range"),
     ]
     if has_label:
-        clauses.append((f"NOT {_is_blank('raw_label')} AND (label_in IS NULL OR label_in NOT IN (0.0, 1.0))", "invalid label"))
+        clauses.append(
+            (f"NOT {_is_blank('raw_label')} AND (label_in IS NULL OR label_in NOT IN (0.0, 1.0))", "invalid label")
+        )
     clauses.append(("rating IS NULL AND label_in IS NULL", "missing rating and label"))
     body = " ".join(f"WHEN {cond} THEN '{reason}'" for cond, reason in clauses)
     return f"CASE {body} ELSE NULL END"

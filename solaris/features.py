@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 SECONDS_PER_HOUR = 3600.0
 NO_HISTORY_RECENCY = float(np.log1p(24 * 365))  # "a year ago" for users never seen
@@ -46,7 +47,7 @@ class Features:
 class HistoryIndex:
     """Sorted past events, queried with composite (entity, time) keys and binary search."""
 
-    def __init__(self, user_id, item_id, ts_seconds, label) -> None:
+    def __init__(self, user_id: ArrayLike, item_id: ArrayLike, ts_seconds: ArrayLike, label: ArrayLike) -> None:
         user_id = np.asarray(user_id, dtype=np.int64)
         item_id = np.asarray(item_id, dtype=np.int64)
         ts = np.asarray(ts_seconds, dtype=np.int64)
@@ -80,7 +81,7 @@ class HistoryIndex:
         offset = np.clip(np.asarray(ts, dtype=np.int64) - self.ts_min, -1, self.ts_span - 1) + 1
         return dense.astype(np.int64) * (self.ts_span + 1) + offset
 
-    def query(self, user_id, item_id, ts_seconds, history_length: int) -> Features:
+    def query(self, user_id: ArrayLike, item_id: ArrayLike, ts_seconds: ArrayLike, history_length: int) -> Features:
         """Features of requests ``(user, item)`` made at ``ts`` from events strictly before ``ts``."""
         user_id = np.asarray(user_id, dtype=np.int64)
         item_id = np.asarray(item_id, dtype=np.int64)
@@ -90,7 +91,9 @@ class HistoryIndex:
         dense_user = self._dense(self.users, user_id)
         known_user = dense_user >= 0
         end = np.searchsorted(self.user_keys, self._key(np.maximum(dense_user, 0), ts), side="left")
-        start = np.searchsorted(self.user_keys, self._key(np.maximum(dense_user, 0), np.full(n, self.ts_min - 10)), side="left")
+        start = np.searchsorted(
+            self.user_keys, self._key(np.maximum(dense_user, 0), np.full(n, self.ts_min - 10)), side="left"
+        )
         end = np.where(known_user, end, start)
         steps = np.arange(history_length, 0, -1)
         index = end[:, None] - steps[None, :]  # most recent last
@@ -98,7 +101,11 @@ class HistoryIndex:
         safe = np.where(mask, index, 0)
         has_events = self.hist_item.size > 0
         hist_items = np.where(mask, self.hist_item[safe], 0) if has_events else np.zeros((n, history_length), np.int64)
-        hist_labels = np.where(mask, self.hist_label[safe], 0.0).astype(np.float32) if has_events else np.zeros((n, history_length), np.float32)
+        hist_labels = (
+            np.where(mask, self.hist_label[safe], 0.0).astype(np.float32)
+            if has_events
+            else np.zeros((n, history_length), np.float32)
+        )
         hist_ts = self.hist_ts[safe] if has_events else np.zeros((n, history_length), np.int64)
         hours = np.maximum(ts[:, None] - hist_ts, 0) / SECONDS_PER_HOUR
         hist_age = np.where(mask, np.log1p(hours), 0.0).astype(np.float32)
@@ -110,7 +117,9 @@ class HistoryIndex:
 
         dense_item = self._dense(self.items, item_id)
         before = np.searchsorted(self.item_keys, self._key(np.maximum(dense_item, 0), ts), side="left")
-        first = np.searchsorted(self.item_keys, self._key(np.maximum(dense_item, 0), np.full(n, self.ts_min - 10)), side="left")
+        first = np.searchsorted(
+            self.item_keys, self._key(np.maximum(dense_item, 0), np.full(n, self.ts_min - 10)), side="left"
+        )
         item_count = np.where(dense_item >= 0, before - first, 0)
         item_likes = np.where(dense_item >= 0, self.item_likes_cum[before] - self.item_likes_cum[first], 0.0)
 
@@ -128,12 +137,16 @@ class HistoryIndex:
         )
 
 
-def _smoothed_rate(likes, count) -> np.ndarray:
+def _smoothed_rate(likes: ArrayLike, count: ArrayLike) -> np.ndarray:
     """Beta(1, 1)-smoothed like rate: 0.5 with no data, the observed rate with plenty."""
-    return ((np.asarray(likes, dtype=np.float64) + 1.0) / (np.asarray(count, dtype=np.float64) + 2.0)).astype(np.float32)
+    return ((np.asarray(likes, dtype=np.float64) + 1.0) / (np.asarray(count, dtype=np.float64) + 2.0)).astype(
+        np.float32
+    )
 
 
-def counter_features(hist_labels, hist_mask, user_count, item_likes, item_count) -> dict[str, np.ndarray]:
+def counter_features(
+    hist_labels: np.ndarray, hist_mask: np.ndarray, user_count: ArrayLike, item_likes: ArrayLike, item_count: ArrayLike
+) -> dict[str, np.ndarray]:
     """The VM's cheap real-time counters (what an online feature store keeps per user and item)."""
     return {
         "user_like_rate": _smoothed_rate((hist_labels * hist_mask).sum(axis=1), hist_mask.sum(axis=1)),
@@ -142,7 +155,9 @@ def counter_features(hist_labels, hist_mask, user_count, item_likes, item_count)
     }
 
 
-def training_features(user_id, item_id, ts_seconds, label, history_length: int) -> Features:
+def training_features(
+    user_id: ArrayLike, item_id: ArrayLike, ts_seconds: ArrayLike, label: ArrayLike, history_length: int
+) -> Features:
     """Each event queried at its own time against all events: history strictly before it."""
     index = HistoryIndex(user_id, item_id, ts_seconds, label)
     return index.query(user_id, item_id, ts_seconds, history_length)
@@ -159,7 +174,9 @@ def time_split(ts_seconds: np.ndarray, validation_fraction: float) -> tuple[np.n
     return train, valid
 
 
-def pad_histories(offsets: np.ndarray, values: np.ndarray, history_length: int, fill=0) -> tuple[np.ndarray, np.ndarray]:
+def pad_histories(
+    offsets: np.ndarray, values: np.ndarray, history_length: int, fill: float = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Ragged lists (Arrow offsets + flat values, oldest first) -> right-aligned ``[n, N]`` + mask.
 
     Only the last ``history_length`` values of each list are kept, most recent in the last column,
@@ -178,15 +195,15 @@ def pad_histories(offsets: np.ndarray, values: np.ndarray, history_length: int, 
 
 
 def features_from_histories(
-    user_id,
-    item_id,
-    hist_offsets,
-    hist_items,
-    hist_labels,
-    hist_ts,
-    item_count,
-    item_likes,
-    user_count,
+    user_id: np.ndarray,
+    item_id: np.ndarray,
+    hist_offsets: np.ndarray,
+    hist_items: ArrayLike,
+    hist_labels: ArrayLike,
+    hist_ts: ArrayLike,
+    item_count: ArrayLike,
+    item_likes: ArrayLike,
+    user_count: ArrayLike,
     request_ts: int,
     history_length: int,
 ) -> Features:
@@ -202,7 +219,9 @@ def features_from_histories(
     times, _ = pad_histories(hist_offsets, np.asarray(hist_ts, dtype=np.int64), history_length)
     hours = np.maximum(request_ts - times, 0) / SECONDS_PER_HOUR
     has_history = mask[:, -1] if history_length else np.zeros(len(user_id), dtype=bool)
-    recency = np.where(has_history, np.log1p(np.maximum(request_ts - times[:, -1], 0) / SECONDS_PER_HOUR), NO_HISTORY_RECENCY)
+    recency = np.where(
+        has_history, np.log1p(np.maximum(request_ts - times[:, -1], 0) / SECONDS_PER_HOUR), NO_HISTORY_RECENCY
+    )
     return Features(
         user_id=np.asarray(user_id, dtype=np.int64),
         item_id=np.asarray(item_id, dtype=np.int64),

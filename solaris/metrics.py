@@ -8,11 +8,12 @@ than always predicting the average CTR", lower is better, and it is comparable a
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 _EPS = 1e-7
 
 
-def _arrays(labels, predictions) -> tuple[np.ndarray, np.ndarray]:
+def _arrays(labels: ArrayLike, predictions: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     y = np.asarray(labels, dtype=np.float64).ravel()
     p = np.asarray(predictions, dtype=np.float64).ravel()
     if y.shape != p.shape:
@@ -24,25 +25,25 @@ def _arrays(labels, predictions) -> tuple[np.ndarray, np.ndarray]:
     return y, p
 
 
-def log_loss(labels, predictions) -> float:
+def log_loss(labels: ArrayLike, predictions: ArrayLike) -> float:
     """Mean binary cross-entropy of probabilities (clipped away from 0 and 1)."""
     y, p = _arrays(labels, predictions)
     p = np.clip(p, _EPS, 1 - _EPS)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
-def base_rate_entropy(labels) -> float:
+def base_rate_entropy(labels: ArrayLike) -> float:
     y = np.asarray(labels, dtype=np.float64).ravel()
     rate = float(np.clip(y.mean(), _EPS, 1 - _EPS))
     return float(-(rate * np.log(rate) + (1 - rate) * np.log(1 - rate)))
 
 
-def normalized_entropy(labels, predictions) -> float:
+def normalized_entropy(labels: ArrayLike, predictions: ArrayLike) -> float:
     """NE = log-loss / entropy of the base rate of ``labels``."""
     return log_loss(labels, predictions) / base_rate_entropy(labels)
 
 
-def auc(labels, predictions) -> float:
+def auc(labels: ArrayLike, predictions: ArrayLike) -> float:
     """ROC AUC via the rank-sum (Mann-Whitney U) statistic; ties get their average rank."""
     y, p = _arrays(labels, predictions)
     positives = int((y == 1).sum())
@@ -62,7 +63,7 @@ def auc(labels, predictions) -> float:
     return float((rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives))
 
 
-def calibration(labels, predictions) -> float:
+def calibration(labels: ArrayLike, predictions: ArrayLike) -> float:
     """Mean prediction over base rate (1.0 = calibrated on average)."""
     y, p = _arrays(labels, predictions)
     return float(p.mean() / max(y.mean(), _EPS))
@@ -76,7 +77,7 @@ def transfer_ratio(ne_vm: float, ne_x: float, ne_fm: float) -> float:
     return float((ne_vm - ne_x) / gap)
 
 
-def summary(labels, predictions) -> dict[str, float]:
+def summary(labels: ArrayLike, predictions: ArrayLike) -> dict[str, float]:
     """All per-model metrics in one dict (what the training log and reports print)."""
     return {
         "log_loss": log_loss(labels, predictions),

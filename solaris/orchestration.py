@@ -129,14 +129,18 @@ def job_application(job: str) -> str:
     return str(path)
 
 
-def stage_operators(operator: Callable[..., Any], stages: Sequence[Stage], application_args: list[str]) -> dict[str, Any]:
+def stage_operators(
+    operator: Callable[..., Any], stages: Sequence[Stage], application_args: list[str]
+) -> dict[str, Any]:
     """One spark-submit task per pipeline stage, wired as the pipeline definition says.
 
     Called inside a ``with DAG(...)`` block with ``SparkSubmitOperator`` (passed in, so this module
     never imports Airflow); returns the tasks by stage name.
     """
-    tasks = {stage.name: operator(task_id=stage.name, doc_md=stage.doc, **spark_submit_kwargs(stage.name, application_args))
-             for stage in stages}
+    tasks = {
+        stage.name: operator(task_id=stage.name, doc_md=stage.doc, **spark_submit_kwargs(stage.name, application_args))
+        for stage in stages
+    }
     for stage in stages:
         for upstream in stage.upstream:
             tasks[upstream] >> tasks[stage.name]

@@ -62,14 +62,34 @@ class Stage:
 
 
 PRECOMPUTE: tuple[Stage, ...] = (
-    Stage("candidates", "precompute", (), "Speculate the pairs of the next horizon (sql/candidates.sql) into `candidates`."),
-    Stage("score", "precompute", ("candidates",), "FM + verifier scoring UDF, verifier rule, TTL MERGE into `pair_embeddings`."),
-    Stage("expire", "precompute", ("score",), "Delete rows with `expires_at <= as_of`, then VACUUM with the retention guard on."),
+    Stage(
+        "candidates",
+        "precompute",
+        (),
+        "Speculate the pairs of the next horizon (sql/candidates.sql) into `candidates`.",
+    ),
+    Stage(
+        "score",
+        "precompute",
+        ("candidates",),
+        "FM + verifier scoring UDF, verifier rule, TTL MERGE into `pair_embeddings`.",
+    ),
+    Stage(
+        "expire",
+        "precompute",
+        ("score",),
+        "Delete rows with `expires_at <= as_of`, then VACUUM with the retention guard on.",
+    ),
 )
 ENRICHMENT: tuple[Stage, ...] = (
     Stage("user_aggregates", "enrichment", (), "Tier 2: 24 h mean of each user's pair embeddings."),
     Stage("knn", "enrichment", (), "FAISS clusters + KNN over FM user representations; recall@k in `runs`."),
-    Stage("impute", "enrichment", ("user_aggregates", "knn"), "Tier 3: impute users without an aggregate from their neighbours."),
+    Stage(
+        "impute",
+        "enrichment",
+        ("user_aggregates", "knn"),
+        "Tier 3: impute users without an aggregate from their neighbours.",
+    ),
     Stage("publish", "enrichment", ("impute",), "Quality gate, then the atomic snapshot manifest."),
 )
 CYCLE: tuple[Stage, ...] = PRECOMPUTE + ENRICHMENT
@@ -122,8 +142,15 @@ class CycleResult:
         return sum(self.seconds.values())
 
 
-def run_cycle(spark: "SparkSession", config: SolarisConfig, as_of: datetime, *, stages: tuple[str, ...] | list[str] | None = None,
-              measure: bool = False, vacuum: bool = False) -> CycleResult:
+def run_cycle(
+    spark: "SparkSession",
+    config: SolarisConfig,
+    as_of: datetime,
+    *,
+    stages: tuple[str, ...] | list[str] | None = None,
+    measure: bool = False,
+    vacuum: bool = False,
+) -> CycleResult:
     """Run the hourly stages at ``as_of`` in one Spark session, in the defined order.
 
     ``stages``: a subset (kept in cycle order), e.g. to stop before ``publish``. ``measure``: also
@@ -151,14 +178,19 @@ def run_cycle(spark: "SparkSession", config: SolarisConfig, as_of: datetime, *, 
             if step.name not in wanted:
                 continue
             kwargs = {"vacuum": vacuum} if step.name == "expire" else {}
-            timed(step.name, lambda: step.module().run(spark, config, as_of, ids[step.half], **kwargs))
+            # B023 below: timed() calls each lambda at once, inside this iteration
+            timed(step.name, lambda: step.module().run(spark, config, as_of, ids[step.half], **kwargs))  # noqa: B023
             if measure and step.name == "score":
                 timed("hit_rate", lambda: hit_rate.run(spark, config, as_of, ids["precompute"]))
             if measure and step.name == "publish":
                 manifest = results["publish"].manifest
-                timed(LAST_MEASURE, lambda: hit_rate.coverage(spark, config, as_of, manifest, ids["enrichment"]))
+                timed(LAST_MEASURE, lambda: hit_rate.coverage(spark, config, as_of, manifest, ids["enrichment"]))  # noqa: B023
     seconds["runs_audit"] = time.perf_counter() - block_started - sum(seconds.values())
     cycle = CycleResult(as_of=as_of, seconds=seconds, **results)
-    log.info("cycle at %s: %.1fs (%s)", as_of, cycle.total_seconds,
-             ", ".join(f"{name} {value:.1f}s" for name, value in seconds.items()))
+    log.info(
+        "cycle at %s: %.1fs (%s)",
+        as_of,
+        cycle.total_seconds,
+        ", ".join(f"{name} {value:.1f}s" for name, value in seconds.items()),
+    )
     return cycle

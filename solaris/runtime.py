@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 import time
+from datetime import datetime
 from typing import Callable
 
 from solaris.config import SolarisConfig, load_config
@@ -61,7 +62,7 @@ def config_from_args(args: argparse.Namespace) -> SolarisConfig:
     return load_config(args.config, overrides)
 
 
-def as_of_arg(text: str):
+def as_of_arg(text: str) -> datetime:
     """argparse type for --as-of (UTC)."""
     try:
         return parse_utc(text)

@@ -112,20 +112,24 @@ def atomic_columns(header: dict[str, str]) -> ColumnMap:
     """The user/item/time/rating/label columns of a RecBole ``.inter`` header."""
     names = list(header)
 
-    def pick(*candidates: str, required: bool = True) -> str | None:
+    def pick(*candidates: str) -> str | None:
         for candidate in candidates:
             if candidate in header:
                 return candidate
-        if required:
-            raise SourceError(f"RecBole header {names} has none of {candidates}")
         return None
 
+    def require(*candidates: str) -> str:
+        found = pick(*candidates)
+        if found is None:
+            raise SourceError(f"RecBole header {names} has none of {candidates}")
+        return found
+
     return ColumnMap(
-        user=pick("user_id", "uid"),
-        item=pick("item_id", "iid", "movie_id"),
-        ts=pick("timestamp", "time", "ts"),
-        rating=pick("rating", required=False),
-        label=pick("label", required=False),
+        user=require("user_id", "uid"),
+        item=require("item_id", "iid", "movie_id"),
+        ts=require("timestamp", "time", "ts"),
+        rating=pick("rating"),
+        label=pick("label"),
     )
 
 

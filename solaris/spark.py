@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from solaris.config import SolarisConfig
 from solaris.errors import RefusedError
@@ -110,7 +110,7 @@ def _python() -> str:
 
 
 def _check_delta_loaded(spark: "SparkSession") -> None:
-    jvm = spark.sparkContext._jvm  # noqa: SLF001 - the only way to probe the driver class path
+    jvm: Any = spark.sparkContext._jvm  # noqa: SLF001 - the only way to probe the driver class path
     try:
         jvm.java.lang.Class.forName(
             "io.delta.sql.DeltaSparkSessionExtension", True, jvm.Thread.currentThread().getContextClassLoader()

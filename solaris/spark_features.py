@@ -8,14 +8,19 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame, SparkSession
+
+    from solaris.config import SolarisConfig
 
 # (events table path, as_of) -> the cached visible events of the tick being run (see tick_events).
 _TICK_EVENTS: dict[tuple[str, datetime], Any] = {}
 EVENT_COLUMNS = ("user_id", "item_id", "ts", "label")
 
 
-def visible_events(spark, config, as_of: datetime):
+def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> DataFrame:
     """Events with ``ts <= as_of`` (the point-in-time rule), columns the stages use.
 
     Inside :func:`tick_events` for the same ``as_of`` this is the tick's cached frame, so the
@@ -31,7 +36,7 @@ def visible_events(spark, config, as_of: datetime):
 
 
 @contextmanager
-def tick_events(spark, config, as_of: datetime) -> Iterator[None]:
+def tick_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> Iterator[None]:
     """Cache the events visible at ``as_of`` for the stages run inside the block, then drop them.
 
     Safe because nothing inside a tick writes events, and point-in-time by construction: the
@@ -53,7 +58,7 @@ def tick_events(spark, config, as_of: datetime) -> Iterator[None]:
         frame.unpersist()
 
 
-def user_histories(events, users, history_length: int):
+def user_histories(events: DataFrame, users: DataFrame, history_length: int) -> DataFrame:
     """Per user: the last N events as lists oldest-first (``hist_items``, ``hist_labels``,
     ``hist_ts``) and ``user_count`` (all their events), for the users in ``users``."""
     from pyspark.sql import Window
@@ -63,17 +68,31 @@ def user_histories(events, users, history_length: int):
     recent = mine.withColumn(
         "rank", F.row_number().over(Window.partitionBy("user_id").orderBy(F.col("ts").desc(), F.col("item_id").desc()))
     ).where(F.col("rank") <= history_length)
-    lists = recent.groupBy("user_id").agg(
-        F.array_sort(F.collect_list(F.struct(
-            F.unix_seconds("ts").alias("ts"), F.col("item_id").alias("item"), F.col("label").cast("float").alias("label")
-        ))).alias("history")
-    ).select("user_id", F.col("history.item").alias("hist_items"), F.col("history.label").alias("hist_labels"),
-             F.col("history.ts").alias("hist_ts"))
+    lists = (
+        recent.groupBy("user_id")
+        .agg(
+            F.array_sort(
+                F.collect_list(
+                    F.struct(
+                        F.unix_seconds("ts").alias("ts"),
+                        F.col("item_id").alias("item"),
+                        F.col("label").cast("float").alias("label"),
+                    )
+                )
+            ).alias("history")
+        )
+        .select(
+            "user_id",
+            F.col("history.item").alias("hist_items"),
+            F.col("history.label").alias("hist_labels"),
+            F.col("history.ts").alias("hist_ts"),
+        )
+    )
     counts = mine.groupBy("user_id").agg(F.count("*").alias("user_count"))
     return lists.join(counts, "user_id")
 
 
-def candidate_features(spark, config, candidates, as_of: datetime):
+def candidate_features(spark: SparkSession, config: SolarisConfig, candidates: DataFrame, as_of: datetime) -> DataFrame:
     """Join (user, item) candidates with history lists and user/item counters (events <= as_of)."""
     from pyspark.sql import functions as F
 
@@ -81,13 +100,18 @@ def candidate_features(spark, config, candidates, as_of: datetime):
     users = candidates.select("user_id").distinct()
     items = candidates.select("item_id").distinct()
     histories = user_histories(events, users, config.model.history_length)
-    counts = events.join(items, "item_id", "left_semi").groupBy("item_id").agg(
-        F.count("*").alias("item_count"), F.sum("label").alias("item_likes"))
+    counts = (
+        events.join(items, "item_id", "left_semi")
+        .groupBy("item_id")
+        .agg(F.count("*").alias("item_count"), F.sum("label").alias("item_likes"))
+    )
     empty_long = F.array().cast("array<bigint>")
     return (
-        candidates.join(histories, "user_id", "left").join(counts, "item_id", "left")
+        candidates.join(histories, "user_id", "left")
+        .join(counts, "item_id", "left")
         .select(
-            "user_id", "item_id",
+            "user_id",
+            "item_id",
             F.coalesce("hist_items", empty_long).alias("hist_items"),
             F.coalesce("hist_labels", F.array().cast("array<float>")).alias("hist_labels"),
             F.coalesce("hist_ts", empty_long).alias("hist_ts"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from solaris.config import CandidateConfig, VerifierConfig
 
@@ -37,7 +38,7 @@ def candidate_params(config: CandidateConfig, as_of: datetime) -> dict:
     }
 
 
-def effective_threshold(scores: np.ndarray, rule: VerifierConfig) -> float:
+def effective_threshold(scores: ArrayLike, rule: VerifierConfig) -> float:
     """Lowest verifier score kept: the absolute threshold, raised so at most ``budget`` pairs pass.
 
     Ties at the budget's boundary are all kept or all dropped together (dropped), so the result
@@ -69,7 +70,9 @@ def threshold_inputs(scores: np.ndarray, rule: VerifierConfig) -> np.ndarray:
     return np.sort(passing)[::-1][: rule.budget + 1]
 
 
-def verify_mask(user_id, item_id, scores, rule: VerifierConfig) -> tuple[np.ndarray, float]:
+def verify_mask(
+    user_id: ArrayLike, item_id: ArrayLike, scores: ArrayLike, rule: VerifierConfig
+) -> tuple[np.ndarray, float]:
     """Boolean mask of kept pairs and the effective threshold (the Spark job's rule, in numpy).
 
     Order of rules: threshold (absolute, raised by the budget), then top-k per user among the

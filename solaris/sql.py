@@ -21,7 +21,7 @@ SQL_DIR: Traversable = files(SQL_PACKAGE)  # supports ``/`` and ``read_text()`` 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def literal(value) -> str:
+def literal(value: object) -> str:
     """A SQL literal for a safe Python value; anything else is refused."""
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
@@ -44,7 +44,7 @@ def sql_path(name: str) -> Traversable:
     return SQL_DIR / f"{name}.sql"
 
 
-def render(name: str, **params) -> str:
+def render(name: str, **params: object) -> str:
     """Read ``sql/<name>.sql`` and substitute every ``{placeholder}``; missing/extra params fail."""
     text = sql_path(name).read_text()
     wanted = {field for _, field, _, _ in string.Formatter().parse(text) if field}

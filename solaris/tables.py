@@ -14,12 +14,16 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
 from solaris.config import SolarisConfig
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+Result = TypeVar("Result")
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +36,12 @@ COMMIT_ATTEMPTS = 6
 def _is_commit_conflict(error: BaseException) -> bool:
     """True for Delta's optimistic-concurrency failures (another writer committed first)."""
     try:
-        from delta.exceptions.base import DeltaConcurrentModificationException, ProtocolChangedException
-        from delta.exceptions.base import ConcurrentWriteException, MetadataChangedException
+        from delta.exceptions.base import (
+            ConcurrentWriteException,
+            DeltaConcurrentModificationException,
+            MetadataChangedException,
+            ProtocolChangedException,
+        )
     except ImportError:  # pragma: no cover
         return False
     if isinstance(error, (DeltaConcurrentModificationException, ProtocolChangedException, ConcurrentWriteException,
@@ -44,7 +52,7 @@ def _is_commit_conflict(error: BaseException) -> bool:
     return "DELTA_PROTOCOL_CHANGED" in str(error) or "DELTA_CONCURRENT" in str(error)
 
 
-def with_commit_retry(write, what: str, attempts: int = COMMIT_ATTEMPTS):
+def with_commit_retry(write: Callable[[], Result], what: str, attempts: int = COMMIT_ATTEMPTS) -> Result:
     """Run ``write()`` and redo it when a concurrent writer won the Delta commit race.
 
     Why this is safe: every write of the pipeline is idempotent for its run (MERGE keyed on the
@@ -54,7 +62,7 @@ def with_commit_retry(write, what: str, attempts: int = COMMIT_ATTEMPTS):
     for attempt in range(1, attempts + 1):
         try:
             return write()
-        except Exception as error:  # noqa: BLE001 - filtered just below
+        except Exception as error:  # filtered just below
             if attempt == attempts or not _is_commit_conflict(error):
                 raise
             pause = min(30.0, 0.5 * 2 ** (attempt - 1)) * (0.5 + random.random())
@@ -160,8 +168,14 @@ def replace_where(df: "DataFrame", path: str, predicate: str, partition_by: Sequ
     with_commit_retry(write, f"replaceWhere {predicate!r} in {path}")
 
 
-def write_quarantine(spark: "SparkSession", config: SolarisConfig, rejected: "DataFrame", source_table: str, run_id: str,
-                     n_rejected: int | None = None) -> None:
+def write_quarantine(
+    spark: "SparkSession",
+    config: SolarisConfig,
+    rejected: "DataFrame",
+    source_table: str,
+    run_id: str,
+    n_rejected: int | None = None,
+) -> None:
     """Replace this run's quarantine rows for ``source_table`` with ``rejected``.
 
     ``rejected`` must carry ``reason``, ``payload`` (JSON string) and ``seen_at``. A caller that
@@ -181,7 +195,11 @@ def write_quarantine(spark: "SparkSession", config: SolarisConfig, rejected: "Da
     )
     predicate = f"source_table = '{_sql_str(source_table)}' AND run_id = '{_sql_str(run_id)}'"
     path = config.table_path("quarantine")
-    if n_rejected == 0 and table_exists(spark, path) and spark.read.format("delta").load(path).where(predicate).isEmpty():
+    if (
+        n_rejected == 0
+        and table_exists(spark, path)
+        and spark.read.format("delta").load(path).where(predicate).isEmpty()
+    ):
         return  # same content as an empty replacement, without the commit
     replace_where(rows, path, predicate, partition_by=["run_date"])
 
@@ -213,7 +231,7 @@ def batched_audit(spark: "SparkSession", config: SolarisConfig) -> Iterator[None
             _write_runs(spark, config, rows)
 
 
-def _runs_schema():
+def _runs_schema() -> StructType:
     from pyspark.sql import types as T
 
     return T.StructType(
@@ -235,8 +253,9 @@ def _runs_schema():
 
 def _write_runs(spark: "SparkSession", config: SolarisConfig, rows: list[tuple]) -> None:
     latest = {(row[0], row[1]): row for row in rows}  # a stage redone in the block: its last row wins
-    merge_into(spark.createDataFrame(list(latest.values()), _runs_schema()), config.table_path("runs"),
-               keys=["run_id", "job"])
+    merge_into(
+        spark.createDataFrame(list(latest.values()), _runs_schema()), config.table_path("runs"), keys=["run_id", "job"]
+    )
 
 
 @dataclass
@@ -251,7 +270,7 @@ class RunRecord:
     rows_out: int = 0
     rows_quarantined: int = 0
     status: str = "running"
-    table_versions: dict[str, int] = field(default_factory=dict)
+    table_versions: dict[str, int | None] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
 
     def write(self, spark: "SparkSession", config: SolarisConfig, status: str) -> None:
@@ -266,7 +285,7 @@ class RunRecord:
             int(self.rows_out),
             int(self.rows_quarantined),
             status,
-            {k: int(v) for k, v in self.table_versions.items()},
+            {k: None if v is None else int(v) for k, v in self.table_versions.items()},
             json.dumps(self.details, sort_keys=True, default=str),
         )
         if _AUDIT_BUFFER is not None:
@@ -279,7 +298,9 @@ def _sql_str(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def events_until(spark: "SparkSession", config: SolarisConfig, as_of: datetime, since: datetime | None = None):
+def events_until(
+    spark: "SparkSession", config: SolarisConfig, as_of: datetime, since: datetime | None = None
+) -> pd.DataFrame:
     """pandas frame ``user_id, item_id, ts (epoch s), label`` of events with ``since < ts <= as_of``.
 
     The point-in-time rule of docs/architecture.md §2 in one place: jobs at ``as_of`` never see later events.
@@ -290,11 +311,7 @@ def events_until(spark: "SparkSession", config: SolarisConfig, as_of: datetime, 
     condition = F.col("ts") <= F.lit(as_of)
     if since is not None:
         condition &= F.col("ts") > F.lit(since)
-    return (
-        events.where(condition)
-        .select("user_id", "item_id", F.unix_seconds("ts").alias("ts"), "label")
-        .toPandas()
-    )
+    return events.where(condition).select("user_id", "item_id", F.unix_seconds("ts").alias("ts"), "label").toPandas()
 
 
 def register_decoded_view(spark: "SparkSession", path: str) -> "DataFrame":
@@ -309,7 +326,7 @@ def register_decoded_view(spark: "SparkSession", path: str) -> "DataFrame":
     return spark.table("pair_embeddings_decoded")
 
 
-def training_events(spark: "SparkSession", config: SolarisConfig, as_of: datetime):
+def training_events(spark: "SparkSession", config: SolarisConfig, as_of: datetime) -> pd.DataFrame:
     """Events up to ``as_of`` for a training job, refused when there are none."""
     from solaris.runtime import JobInputError
 

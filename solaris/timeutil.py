@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 
 

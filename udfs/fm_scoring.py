@@ -27,10 +27,13 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +47,7 @@ INPUT_COLUMNS = ("user_id", "item_id", "hist_items", "hist_labels", "hist_ts", "
 # used out first) because a long-lived worker sees a new checkpoint every retraining, and guarded by
 # a lock because Spark may run several tasks' Python in one worker process (like pyspark's ModelCache).
 MODEL_CACHE_SIZE = 4
-_MODEL_CACHE: OrderedDict[tuple[str, str], tuple[object, str]] = OrderedDict()
+_MODEL_CACHE: OrderedDict[tuple[str, str], tuple[nn.Module, str]] = OrderedDict()
 _MODEL_CACHE_LOCK = threading.Lock()
 
 
@@ -69,7 +72,7 @@ def task_device() -> str:
 
         context = TaskContext.get()
         resources = context.resources() if context is not None else {}
-    except Exception:  # outside a task (driver, tests)
+    except Exception:  # noqa: BLE001 - outside a task (driver, tests)
         resources = {}
     gpu = resources.get("gpu")
     if gpu is not None and gpu.addresses:
@@ -80,7 +83,9 @@ def task_device() -> str:
     return "cpu"
 
 
-def load_cached(path: str, arch: str, embedding_dim: int | None, device: str, load_log_dir: str | None = None):
+def load_cached(
+    path: str, arch: str, embedding_dim: int | None, device: str, load_log_dir: str | None = None
+) -> tuple[nn.Module, str]:
     """The worker-wide model cache: each (checkpoint, device) is loaded once per Python worker."""
     key = (path, device)
     with _MODEL_CACHE_LOCK:
@@ -143,7 +148,7 @@ def score_batch(batch: pa.RecordBatch, spec: ScoringSpec, device: str) -> pa.Rec
             verifier_scores[rows] = torch.sigmoid(verifier(tensors)).float().cpu().numpy()
     finite_embedding = np.isfinite(embeddings).all(axis=1)
     reasons = np.where(~finite_embedding, "non-finite embedding",
-                       np.where(~np.isfinite(fm_scores), "non-finite fm_score", None))
+                       np.where(~np.isfinite(fm_scores), "non-finite fm_score", None))  # type: ignore[call-overload]
     return pa.RecordBatch.from_arrays(
         [
             columns["user_id"], columns["item_id"], encode_arrow(embeddings),
@@ -156,7 +161,7 @@ def score_batch(batch: pa.RecordBatch, spec: ScoringSpec, device: str) -> pa.Rec
     )
 
 
-def make_scorer(spec: ScoringSpec):
+def make_scorer(spec: ScoringSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function handed to ``DataFrame.mapInArrow`` (closes over paths and sizes only)."""
 
     def score_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -49,7 +49,7 @@ def _content_hash(weights: Path, config_text: str) -> str:
 
 
 def _spec_dict(model: nn.Module) -> dict[str, Any]:
-    spec = model.spec.to_dict()
+    spec = cast("FMSpec | VMSpec", model.spec).to_dict()
     return {key: list(value) if isinstance(value, tuple) else value for key, value in spec.items()}
 
 
@@ -64,7 +64,9 @@ def save_checkpoint(model: nn.Module, root: str | os.PathLike, metadata: dict[st
         config_text = json.dumps(_spec_dict(model), sort_keys=True)
         (staging / CONFIG).write_text(config_text)
         version = _content_hash(staging / WEIGHTS, config_text)
-        (staging / METADATA).write_text(json.dumps({**metadata, "version": version}, sort_keys=True, indent=2, default=str))
+        (staging / METADATA).write_text(
+            json.dumps({**metadata, "version": version}, sort_keys=True, indent=2, default=str)
+        )
         final = root / version
         if final.exists():
             shutil.rmtree(staging)  # identical content already saved
@@ -116,26 +118,33 @@ def load_checkpoint(
     arch = config.get("arch")
     if expected_arch and arch != expected_arch:
         raise CheckpointError(f"{config_file}: expected a {expected_arch!r} checkpoint, found {arch!r}")
-    spec_fields = {key: tuple(value) if isinstance(value, list) else value for key, value in config.items() if key != "arch"}
+    spec_fields: dict[str, Any] = {
+        key: tuple(value) if isinstance(value, list) else value for key, value in config.items() if key != "arch"
+    }
     try:
         if arch == "fm":
-            model: nn.Module = FoundationModel(FMSpec(**spec_fields))
-            dim = model.spec.embedding_dim
+            fm_spec = FMSpec(**spec_fields)
+            model: nn.Module = FoundationModel(fm_spec)
+            dim = fm_spec.embedding_dim
         elif arch == "vm":
-            model = VerticalModel(VMSpec(**spec_fields))
-            dim = model.spec.fm_embedding_dim
+            vm_spec = VMSpec(**spec_fields)
+            model = VerticalModel(vm_spec)
+            dim = vm_spec.fm_embedding_dim
         else:
             raise CheckpointError(f"{config_file}: unknown arch {arch!r}")
     except TypeError as error:
         raise CheckpointError(f"{config_file}: config does not describe a known model: {error}") from None
     if expected_embedding_dim is not None and dim != expected_embedding_dim:
         raise CheckpointError(
-            f"{config_file}: embedding dim {dim} does not match the configured model.embedding_dim {expected_embedding_dim}"
+            f"{config_file}: embedding dim {dim} does not match the configured model.embedding_dim "
+            f"{expected_embedding_dim}"
         )
     try:
         state = torch.load(weights, map_location="cpu", weights_only=True)
-    except Exception as error:  # UnpicklingError, RuntimeError on truncated zip, ...
-        raise CheckpointError(f"cannot load weights {weights} as tensors only: {type(error).__name__}: {error}") from None
+    except Exception as error:  # noqa: BLE001 - UnpicklingError, RuntimeError on truncated zip, ...
+        raise CheckpointError(
+            f"cannot load weights {weights} as tensors only: {type(error).__name__}: {error}"
+        ) from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{weights} does not hold a state_dict")
     try:

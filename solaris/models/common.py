@@ -39,7 +39,7 @@ class HashedEmbedding(nn.Module):
 
 def mlp(sizes: Sequence[int], dropout: float = 0.0, final_activation: bool = False) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for index, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+    for index, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
         layers.append(nn.Linear(fan_in, fan_out))
         last = index == len(sizes) - 2
         if not last or final_activation:
@@ -50,7 +50,14 @@ def mlp(sizes: Sequence[int], dropout: float = 0.0, final_activation: bool = Fal
 
 
 # Cheap real-time features an online feature store keeps (see solaris.features); both models use them.
-NUMERIC_FEATURES = ("item_pop", "user_recency", "user_has_history", "user_like_rate", "user_log_count", "item_like_rate")
+NUMERIC_FEATURES = (
+    "item_pop",
+    "user_recency",
+    "user_has_history",
+    "user_like_rate",
+    "user_log_count",
+    "item_like_rate",
+)
 
 
 def numeric_features(batch: dict) -> torch.Tensor:

@@ -64,7 +64,9 @@ class FoundationModel(nn.Module):
         )
         self.head = nn.Linear(spec.embedding_dim, 1)
 
-    def _encode_history(self, hist_items, hist_labels, hist_age, hist_mask):
+    def _encode_history(
+        self, hist_items: torch.Tensor, hist_labels: torch.Tensor, hist_age: torch.Tensor, hist_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         tokens = (
             self.item_emb(hist_items)
             + self.liked_emb(hist_labels.long())
@@ -82,7 +84,9 @@ class FoundationModel(nn.Module):
         encoded = encoded * hist_mask.unsqueeze(-1)
         return encoded, padding, empty
 
-    def _user_parts(self, batch):
+    def _user_parts(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         encoded, padding, empty = self._encode_history(
             batch["hist_items"], batch["hist_labels"], batch["hist_age"], batch["hist_mask"]
         )
@@ -92,15 +96,17 @@ class FoundationModel(nn.Module):
         summary = self.user_summary(torch.cat([user, pooled], dim=-1))
         return user, encoded, padding, empty, summary
 
-    def user_representation(self, batch) -> torch.Tensor:
+    def user_representation(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """D-dim user-only vector from id + history (no item): the KNN space of tier 3."""
         return self._user_parts(batch)[-1]
 
-    def forward(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Return ``(pair_embedding [n, D], logit [n])`` for a feature batch of tensors."""
         user, encoded, padding, empty, summary = self._user_parts(batch)
         item = self.item_emb(batch["item_id"])
-        interest, _ = self.target_attention(item.unsqueeze(1), encoded, encoded, key_padding_mask=padding, need_weights=False)
+        interest, _ = self.target_attention(
+            item.unsqueeze(1), encoded, encoded, key_padding_mask=padding, need_weights=False
+        )
         interest = interest.squeeze(1) * (~empty).unsqueeze(-1)
         pair = self.tower(torch.cat([user, item, interest, item * interest, summary, numeric_features(batch)], dim=-1))
         return pair, self.head(pair).squeeze(-1)

@@ -11,7 +11,8 @@ import copy
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from datetime import datetime
+from typing import Any, Callable, Literal, overload
 
 import numpy as np
 import pandas as pd
@@ -39,15 +40,40 @@ class TrainResult:
     seconds: float = 0.0
 
 
-def _batch(features: Features, rows: np.ndarray, extras: dict[str, np.ndarray], device) -> dict:
+def _batch(
+    features: Features, rows: np.ndarray, extras: dict[str, np.ndarray], device: str | torch.device
+) -> dict[str, torch.Tensor]:
     batch = to_tensors(features, device, rows)
     for name, array in extras.items():
         batch[name] = torch.as_tensor(np.ascontiguousarray(array[rows])).to(device)
     return batch
 
 
-def _logits(model: nn.Module, output) -> torch.Tensor:
+def _logits(model: nn.Module, output: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     return output[1] if isinstance(output, tuple) else output
+
+
+@overload
+def predict(
+    model: nn.Module,
+    features: Features,
+    extras: dict[str, np.ndarray] | None = None,
+    batch_size: int = 8192,
+    device: str | torch.device = "cpu",
+    with_embeddings: Literal[False] = False,
+) -> np.ndarray: ...
+
+
+@overload
+def predict(
+    model: nn.Module,
+    features: Features,
+    extras: dict[str, np.ndarray] | None = None,
+    batch_size: int = 8192,
+    device: str | torch.device = "cpu",
+    *,
+    with_embeddings: Literal[True],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]: ...
 
 
 @torch.inference_mode()
@@ -58,14 +84,14 @@ def predict(
     batch_size: int = 8192,
     device: str | torch.device = "cpu",
     with_embeddings: bool = False,
-):
+) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Probabilities (and, for the FM, pair embeddings and logits) for every row, in batches."""
     model.eval()
     extras = extras or {}
     n = len(features)
     probs = np.empty(n, dtype=np.float32)
     logits = np.empty(n, dtype=np.float32)
-    embeddings = None
+    embeddings: np.ndarray | None = None
     for start in range(0, n, batch_size):
         rows = np.arange(start, min(start + batch_size, n))
         output = model(_batch(features, rows, extras, device))
@@ -104,7 +130,8 @@ def fit(
     optimizer = torch.optim.Adam(model.parameters(), lr=training.learning_rate, weight_decay=training.weight_decay)
     rng = np.random.default_rng(seed)
     started = time.monotonic()
-    best_ne, best_state, best_epoch, stale = float("inf"), None, 0, 0
+    best_state: dict[str, Any] | None = None
+    best_ne, best_epoch, stale = float("inf"), 0, 0
     history: list[dict[str, float]] = []
     valid_features = features.take(valid_rows)
     valid_extras = {k: v[valid_rows] for k, v in extras.items()}
@@ -138,6 +165,7 @@ def fit(
             if stale > training.patience:
                 log.info("%s early stop after epoch %d (best epoch %d)", name, epoch, best_epoch)
                 break
+    assert best_state is not None, f"{name}: no epoch improved on an infinite NE"
     model.load_state_dict(best_state)
     model.eval()
     best = next(r for r in history if r["epoch"] == best_epoch)
@@ -173,14 +201,16 @@ class EventArrays:
     def __len__(self) -> int:
         return int(self.user_id.size)
 
-    def select(self, rows) -> "EventArrays":
+    def select(self, rows: np.ndarray) -> "EventArrays":
         return EventArrays(self.user_id[rows], self.item_id[rows], self.ts[rows], self.label[rows])
 
     def index(self) -> HistoryIndex:
         return HistoryIndex(self.user_id, self.item_id, self.ts, self.label)
 
 
-def training_metadata(role: str, as_of, seed: int, events: EventArrays, result: TrainResult, **extra) -> dict:
+def training_metadata(
+    role: str, as_of: datetime, seed: int, events: EventArrays, result: TrainResult, **extra: Any
+) -> dict:
     """What a checkpoint records about its training (docs/architecture.md §8): as-of, data range, metrics."""
     return {
         "role": role, "as_of": as_of.isoformat(), "seed": seed,
@@ -201,12 +231,15 @@ def vm_spec(config: SolarisConfig, with_fm_embedding: bool = False) -> VMSpec:
     return VMSpec(vm.id_buckets, vm.id_dim, tuple(vm.hidden), config.model.embedding_dim if with_fm_embedding else 0)
 
 
-def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device="cpu", features: Features | None = None,
+def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device: str | torch.device = "cpu",
+             features: Features | None = None,
              rows: np.ndarray | None = None) -> TrainResult:
     """Train the FM on ``events`` (or on the subset ``rows`` of them, keeping full point-in-time
     histories: ``features`` are computed over all ``events``)."""
     if features is None:
-        features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
+        features = training_features(
+            events.user_id, events.item_id, events.ts, events.label, config.model.history_length
+        )
     labels, ts = events.label, events.ts
     if rows is not None:
         features, labels, ts = features.take(rows), labels[rows], ts[rows]
@@ -215,8 +248,14 @@ def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device="cpu"
     return fit(model, features, labels, ts, config.model.training, seed, name="FM", device=device)
 
 
-def out_of_fold_teacher_logits(events: EventArrays, config: SolarisConfig, seed: int, features: Features,
-                               folds: int = 2, device="cpu") -> np.ndarray:
+def out_of_fold_teacher_logits(
+    events: EventArrays,
+    config: SolarisConfig,
+    seed: int,
+    features: Features,
+    folds: int = 2,
+    device: str | torch.device = "cpu",
+) -> np.ndarray:
     """FM logits for every training example, each from an FM that never trained on it.
 
     Why: an FM's logits on its own training examples are partly memorised labels (on ML-1M the FM
@@ -237,8 +276,14 @@ def out_of_fold_teacher_logits(events: EventArrays, config: SolarisConfig, seed:
     return logits
 
 
-def distillation_teacher_logits(events: EventArrays, config: SolarisConfig, seed: int, features: Features,
-                                served_fm: nn.Module, device="cpu") -> tuple[np.ndarray, dict]:
+def distillation_teacher_logits(
+    events: EventArrays,
+    config: SolarisConfig,
+    seed: int,
+    features: Features,
+    served_fm: nn.Module,
+    device: str | torch.device = "cpu",
+) -> tuple[np.ndarray, dict]:
     """Soft labels for the distilled VM as ``model.distillation.teacher`` says, and what was used.
 
     ``in-sample``: the served FM's own logits on its training examples; ``cross-fit``:
@@ -249,8 +294,12 @@ def distillation_teacher_logits(events: EventArrays, config: SolarisConfig, seed
     if kd.teacher == "in-sample":
         _, logits, _ = predict(served_fm, features, device=device, with_embeddings=True)
         return logits, {"teacher": "in-sample"}
-    log.info("cross-fitting the teacher: %d FMs, each on %d of %d time folds", kd.teacher_folds,
-             kd.teacher_folds - 1, kd.teacher_folds)
+    log.info(
+        "cross-fitting the teacher: %d FMs, each on %d of %d time folds",
+        kd.teacher_folds,
+        kd.teacher_folds - 1,
+        kd.teacher_folds,
+    )
     logits = out_of_fold_teacher_logits(events, config, seed, features, kd.teacher_folds, device)
     return logits, {"teacher": "cross-fit", "teacher_folds": kd.teacher_folds}
 
@@ -281,7 +330,9 @@ def train_vm(
     if uses_fm and (fm_embedding is None or fm_tier is None):
         raise ValueError(f"variant {variant!r} needs served FM embeddings and their tiers")
     if features is None:
-        features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
+        features = training_features(
+            events.user_id, events.item_id, events.ts, events.label, config.model.history_length
+        )
     extras: dict[str, np.ndarray] = {}
     if distilled:
         extras["teacher_logit"] = np.asarray(teacher_logits, dtype=np.float32)
@@ -290,15 +341,27 @@ def train_vm(
         extras["fm_tier"] = np.asarray(fm_tier, dtype=np.int64)
     kd = config.model.distillation
 
-    def loss_fn(logit, target, batch):
+    def loss_fn(logit: torch.Tensor, target: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         teacher = batch.get("teacher_logit")
         return distillation_loss(logit, target, teacher, kd.weight if distilled else 0.0, kd.temperature)
 
     seed_everything(seed)
-    model = (warm_start_vm(init_from, vm_spec(config, with_fm_embedding=uses_fm)) if init_from is not None
-             else VerticalModel(vm_spec(config, with_fm_embedding=uses_fm)))
-    return fit(model, features, events.label, events.ts, training or config.model.training, seed, extras, loss_fn,
-               name=f"VM[{variant}]")
+    model = (
+        warm_start_vm(init_from, vm_spec(config, with_fm_embedding=uses_fm))
+        if init_from is not None
+        else VerticalModel(vm_spec(config, with_fm_embedding=uses_fm))
+    )
+    return fit(
+        model,
+        features,
+        events.label,
+        events.ts,
+        training or config.model.training,
+        seed,
+        extras,
+        loss_fn,
+        name=f"VM[{variant}]",
+    )
 
 
 def warm_start_vm(base: VerticalModel, spec: VMSpec) -> VerticalModel:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from solaris.features import Features
 from solaris.models.common import NUMERIC_FEATURES, HashedEmbedding, mlp, numeric_features, to_tensors
 
 N_TIERS = 4  # 0 none, 1 pair, 2 user aggregate, 3 KNN-imputed
@@ -59,12 +60,20 @@ class VerticalModel(nn.Module):
         if self.spec.fm_embedding_dim:
             embedding = batch["fm_embedding"]
             if embedding.shape[-1] != self.spec.fm_embedding_dim:
-                raise ValueError(f"fm_embedding has dim {embedding.shape[-1]}, model expects {self.spec.fm_embedding_dim}")
+                raise ValueError(
+                    f"fm_embedding has dim {embedding.shape[-1]}, model expects {self.spec.fm_embedding_dim}"
+                )
             parts += [embedding, F.one_hot(batch["fm_tier"].long(), N_TIERS).float()]
         return self.net(torch.cat(parts, dim=-1)).squeeze(-1)
 
 
-def distillation_loss(student_logit, labels, teacher_logit=None, weight: float = 0.0, temperature: float = 1.0):
+def distillation_loss(
+    student_logit: torch.Tensor,
+    labels: torch.Tensor,
+    teacher_logit: torch.Tensor | None = None,
+    weight: float = 0.0,
+    temperature: float = 1.0,
+) -> torch.Tensor:
     """(1 - w) * BCE(labels) + w * T^2 * BCE(sigmoid(teacher / T) as soft target, student / T).
 
     The standard Hinton KD loss written for a binary click logit; ``weight == 0`` is plain BCE.
@@ -78,7 +87,9 @@ def distillation_loss(student_logit, labels, teacher_logit=None, weight: float =
 
 
 @torch.inference_mode()
-def verifier_scores(model: VerticalModel, batch, batch_size: int = 65536) -> np.ndarray:
+def verifier_scores(
+    model: VerticalModel, batch: Features | dict[str, torch.Tensor], batch_size: int = 65536
+) -> np.ndarray:
     """Probability of relevance for each candidate pair, from the baseline VM (the verifier).
 
     ``batch`` is a :class:`solaris.features.Features` (or a dict of tensors); returns float32 [n].

@@ -15,17 +15,19 @@ with ``deltalake`` (no Spark); :meth:`Resolver.reload_if_newer` follows ``snapsh
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 TIER_NONE, TIER_PAIR, TIER_USER, TIER_IMPUTED = 0, 1, 2, 3
 
 
-def _seconds(value) -> np.ndarray:
+def _seconds(value: datetime | ArrayLike) -> np.ndarray:
     """Epoch seconds (float64) from datetimes, numpy datetime64 or numbers."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
@@ -64,7 +66,10 @@ class Tier:
     expires_at: np.ndarray  # epoch seconds
 
     @classmethod
-    def build(cls, keys: list[np.ndarray], embeddings, computed_at, expires_at) -> "Tier":
+    def build(
+        cls, keys: list[np.ndarray], embeddings: ArrayLike, computed_at: datetime | ArrayLike,
+        expires_at: datetime | ArrayLike,
+    ) -> "Tier":
         users = np.asarray(keys[0], dtype=np.int64)
         items = np.asarray(keys[1], dtype=np.int64) if len(keys) == 2 else None
         lookup = _key(users, items)
@@ -106,7 +111,9 @@ class TierTables:
     imputed: Tier
     snapshot_id: str = ""
 
-    def resolve(self, user_ids, item_ids, now) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def resolve(
+        self, user_ids: ArrayLike, item_ids: ArrayLike, now: datetime | ArrayLike
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Vectorised lookup -> ``(embeddings [n, D] float32, tier int8 [n], age_seconds float64 [n])``.
 
         ``now`` is one time for all requests or one per request (replays score requests at their
@@ -142,7 +149,7 @@ class Resolver:
     """Thread-safe holder of the current snapshot; ``swap`` never blocks readers."""
 
     @classmethod
-    def from_snapshots(cls, directory) -> "Resolver":
+    def from_snapshots(cls, directory: str | os.PathLike[str]) -> "Resolver":
         """A resolver serving the snapshot ``directory/LATEST`` points at."""
         from solaris.snapshots import latest_manifest_path
 
@@ -151,7 +158,7 @@ class Resolver:
             raise FileNotFoundError(f"no published snapshot in {directory} (no LATEST)")
         return cls(load_snapshot(path))
 
-    def reload_if_newer(self, directory) -> bool:
+    def reload_if_newer(self, directory: str | os.PathLike[str]) -> bool:
         """Load and swap in the snapshot LATEST names if it is not the one being served."""
         from solaris.snapshots import latest_manifest_path
 
@@ -177,7 +184,9 @@ class Resolver:
             previous, self._tables = self._tables, tables
         return previous
 
-    def resolve(self, user_ids, item_ids, now):
+    def resolve(
+        self, user_ids: ArrayLike, item_ids: ArrayLike, now: datetime | ArrayLike
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self._tables.resolve(user_ids, item_ids, now)  # one reference read: a consistent snapshot
 
 
@@ -199,7 +208,8 @@ def load_tier(path: str, version: int | None, dim: int, keyed_by_pair: bool) -> 
     from solaris.embedding_codec import decode
 
     keys = ["user_id", "item_id"] if keyed_by_pair else ["user_id"]
-    table = DeltaTable(path, version=version).to_pyarrow_table(columns=[*keys, "embedding", "computed_at", "expires_at"])
+    columns = [*keys, "embedding", "computed_at", "expires_at"]
+    table = DeltaTable(path, version=version).to_pyarrow_table(columns=columns)
     return Tier.build(
         [table[key].to_numpy() for key in keys],
         decode(table["embedding"], dim),
@@ -208,7 +218,7 @@ def load_tier(path: str, version: int | None, dim: int, keyed_by_pair: bool) -> 
     )
 
 
-def load_snapshot(manifest_path) -> TierTables:
+def load_snapshot(manifest_path: str | os.PathLike[str]) -> TierTables:
     """TierTables of a publish manifest: every tier read at the exact Delta version it pins."""
     from solaris.snapshots import read_manifest
 
@@ -217,6 +227,9 @@ def load_snapshot(manifest_path) -> TierTables:
     tiers = {}
     for name, keyed_by_pair in (("pair_embeddings", True), ("user_embeddings", False), ("imputed_embeddings", False)):
         spec = manifest["tables"].get(name)
-        tiers[name] = load_tier(spec["path"], spec["version"], dim, keyed_by_pair) if spec else Tier.empty(dim, keyed_by_pair)
-    return TierTables(dim, tiers["pair_embeddings"], tiers["user_embeddings"], tiers["imputed_embeddings"],
-                      manifest["snapshot_id"])
+        tiers[name] = (
+            load_tier(spec["path"], spec["version"], dim, keyed_by_pair) if spec else Tier.empty(dim, keyed_by_pair)
+        )
+    return TierTables(
+        dim, tiers["pair_embeddings"], tiers["user_embeddings"], tiers["imputed_embeddings"], manifest["snapshot_id"]
+    )
