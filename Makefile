@@ -1,7 +1,7 @@
 # The two commands of the README. Both run the (idempotent, cached) set-up first.
 #   make demo   set-up, then the pipeline end to end on MovieLens-1M (local Spark + Delta)
-#   make test   set-up, then the whole test suite
-.PHONY: setup demo test test-unit clean-warehouse
+#   make test   set-up, then the static checks (make lint: ruff + mypy), then the whole test suite
+.PHONY: setup demo lint test test-unit clean-warehouse
 
 PYTHON_BIN := .venv/bin/python
 
@@ -11,7 +11,10 @@ setup:
 demo: setup
 	@bash scripts/demo.sh
 
-test: setup
+lint: setup
+	@bash scripts/lint.sh
+
+test: setup lint
 	@$(PYTHON_BIN) -m pytest -q -p no:cacheprovider tests
 
 test-unit: setup
