@@ -1,11 +1,17 @@
 """Tier 3 preparation: k nearest neighbours of every known user in the FM's user space (FAISS).
 
 At ``--as-of t``: each user's FM user-only representation is computed from their events up to
-``t`` (``udfs/knn`` in ``mapInArrow``); k-means centroids are trained on a sample on the driver
-(``faiss.Kmeans``) and broadcast; each user is assigned to its nearest cluster and searched in its
-``knn_nprobe`` nearest ones, exactly, inside ``applyInPandas`` groups; results are merged into a
-global top-k and written to ``user_neighbors`` (replaced as a whole: it is current state).
-Recall@k against exact search on a sample of users is logged and recorded in ``runs``.
+``t`` (``udfs/knn`` in ``mapInArrow``) and cached once. One pass over the cache brings the driver
+its two samples (hash-chosen, so independent of partitioning): the k-means training sample and
+the recall query sample. Spherical k-means centroids (an IVF index's lists) are trained on the
+first and ``nprobe`` is the smallest whose recall@k, estimated on it (or, when it is not everyone,
+on other sampled users), reaches ``enrichment.knn_target_recall`` (``solaris.knn.choose_nprobe``;
+or ``knn_nprobe`` when set).
+Each user is a member of its nearest cluster and searched in its ``nprobe`` nearest ones, exactly,
+inside ``applyInPandas`` groups; a native Spark aggregation merges the global top-k per user
+(ties: smaller id), written to ``user_neighbors`` (replaced as a whole: it is current state).
+Recall@k of the written neighbours against exact search on the query sample is computed in one
+more action, logged and recorded in ``runs`` with the times (``search_seconds``...).
 
     solaris knn --as-of 2000-12-01T03:00:00Z
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from dataclasses import dataclass
 
 from solaris.runtime import job_parser, run_stage
@@ -24,7 +31,13 @@ log = logging.getLogger("solaris.knn")
 
 @dataclass(frozen=True)
 class KnnResult:
-    """Users searched, the index used, and recall@k of the written neighbours against exact search."""
+    """Users searched, the index used, and recall@k of the written neighbours against exact search.
+
+    ``sample_recall`` is the driver-sample estimate that chose ``nprobe``; ``recall`` is measured on
+    ``recall_queries`` users against exact search over everyone. Times are wall-clock seconds:
+    ``index_seconds`` (k-means + nprobe choice on the driver), ``search_seconds`` (assign, search,
+    merge and write the neighbours), ``recall_seconds`` (the exact check), ``seconds`` (the stage).
+    """
 
     users: int
     clusters: int
@@ -32,11 +45,22 @@ class KnnResult:
     k: int
     recall: float
     fm_version: str
+    target_recall: float | None = None
+    sample_recall: float | None = None
+    recall_queries: int = 0
+    index_seconds: float = 0.0
+    search_seconds: float = 0.0
+    recall_seconds: float = 0.0
+    seconds: float = 0.0
 
     def details(self) -> dict:
         """``runs.details`` layout (recall keyed by its k, as the audit table has always had it)."""
         return {"users": self.users, "clusters": self.clusters, "nprobe": self.nprobe, "k": self.k,
-                f"recall_at_{self.k}": self.recall, "fm_version": self.fm_version}
+                f"recall_at_{self.k}": self.recall, "fm_version": self.fm_version,
+                "target_recall": self.target_recall, "sample_recall": self.sample_recall,
+                "recall_queries": self.recall_queries, "index_seconds": round(self.index_seconds, 3),
+                "search_seconds": round(self.search_seconds, 3), "recall_seconds": round(self.recall_seconds, 3),
+                "seconds": round(self.seconds, 3)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,27 +70,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(spark, config, as_of, run_id: str, fm_path: str | None = None) -> KnnResult:
-    import numpy as np
-    import pandas as pd
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from solaris import knn
-    from solaris.embedding_codec import decode
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
     from solaris.runtime import JobInputError
     from solaris.spark_features import user_histories, visible_events
-    from solaris.tables import RunRecord, table_version, with_commit_retry
+    from solaris.tables import RunRecord, with_commit_retry
     from solaris.udfs.knn import (
+        ASSIGNMENT_SCHEMA,
         CANDIDATE_SCHEMA,
-        NEIGHBOR_SCHEMA,
         REPRESENTATION_SCHEMA,
+        make_cluster_assigner,
         make_cluster_searcher,
         make_user_representer,
-        merge_user_candidates,
     )
 
-    enrichment, dim = config.enrichment, config.model.embedding_dim
+    started = time.perf_counter()
+    enrichment, dim, k = config.enrichment, config.model.embedding_dim, config.enrichment.knn_k
     fm_dir = resolve_checkpoint(config.resolve_under_warehouse(fm_path or config.precompute.fm_checkpoint))
     _, fm_meta = load_checkpoint(fm_dir, "fm", dim)
     record = RunRecord(run_id=run_id, job="knn", as_of=as_of)
@@ -75,96 +97,157 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None) -> KnnRes
     representer = make_user_representer(str(fm_dir), dim, config.model.history_length, int(as_of.timestamp()),
                                         config.precompute.model_batch_size, config.precompute.torch_threads)
     vectors = histories.mapInArrow(representer, REPRESENTATION_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    neighbors = None
     try:
         n_users = vectors.count()
         if n_users < 2:
             raise JobInputError(f"KNN needs at least 2 users with events up to {as_of}; found {n_users}")
-        fraction = min(1.0, enrichment.knn_sample / n_users)
-        sample = vectors.sample(fraction=fraction, seed=config.seed).limit(enrichment.knn_sample).toPandas()
-        n_clusters = enrichment.knn_clusters or knn.default_clusters(n_users)
-        centroids = knn.train_centroids(decode(sample["vector"].tolist(), dim), n_clusters, config.seed)
-        nprobe = min(enrichment.knn_nprobe, centroids.shape[0])
+        train, held_out, (query_ids, query_vectors) = _driver_samples(vectors, n_users, enrichment, dim, config.seed)
+
+        index_start = time.perf_counter()
+        centroids = knn.train_centroids(train, enrichment.knn_clusters or knn.default_clusters(n_users), config.seed)
+        population = train if held_out is None else held_out  # see choose_nprobe: not the training points
+        nprobe, curve = knn.choose_nprobe(population, centroids, k, enrichment.knn_target_recall,
+                                          population_fraction=len(population) / n_users, seed=config.seed)
+        if enrichment.knn_nprobe:
+            nprobe = min(enrichment.knn_nprobe, centroids.shape[0])
+        index_seconds = time.perf_counter() - index_start
+
+        search_start = time.perf_counter()
         centroids_b = spark.sparkContext.broadcast(centroids)
-
-        def assign(frames):
-            for frame in frames:
-                probes = knn.nearest_clusters(decode(frame["vector"].tolist(), dim), centroids_b.value, nprobe)
-                for rank in range(probes.shape[1]):
-                    yield pd.DataFrame({"user_id": frame["user_id"], "vector": frame["vector"],
-                                        "cluster_id": probes[:, rank], "is_member": rank == 0, "is_query": True})
-
-        rows = vectors.mapInPandas(assign, "user_id long, vector binary, cluster_id long, is_member boolean, is_query boolean")
-        membership = rows.where("is_member").select("user_id", "cluster_id")
-        candidates = rows.groupBy("cluster_id").applyInPandas(make_cluster_searcher(enrichment.knn_k, dim), CANDIDATE_SCHEMA)
+        rows = vectors.mapInPandas(make_cluster_assigner(centroids_b, nprobe, dim), ASSIGNMENT_SCHEMA)
+        candidates = rows.groupBy("cluster_id").applyInPandas(make_cluster_searcher(k, dim), CANDIDATE_SCHEMA)
         neighbors = (
-            candidates.groupBy("user_id").applyInPandas(merge_user_candidates(enrichment.knn_k), NEIGHBOR_SCHEMA)
-            .join(membership, "user_id")
+            _merge_candidates(candidates, k)
             .select("user_id", "neighbor_ids", "similarities", "cluster_id",
                     F.lit(as_of).cast("timestamp").alias("computed_at"), F.lit(fm_meta["version"]).alias("fm_version"),
                     F.lit(run_id).alias("run_id"))
+            .persist(StorageLevel.MEMORY_AND_DISK)
         )
         path = config.table_path("user_neighbors")
         with_commit_retry(lambda: neighbors.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
                           .save(path), f"overwrite {path}")
+        search_seconds = time.perf_counter() - search_start
 
-        recall = _recall(spark, vectors, path, enrichment, dim, config.seed, n_users)
-        record.rows_in, record.rows_out = n_users, spark.read.format("delta").load(path).count()
-        record.table_versions = {"user_neighbors": table_version(spark, path)}
-        result = KnnResult(users=n_users, clusters=int(centroids.shape[0]), nprobe=nprobe, k=enrichment.knn_k,
-                           recall=recall, fm_version=fm_meta["version"])
+        recall_start = time.perf_counter()
+        recall = _recall(spark, vectors, neighbors, query_ids, query_vectors, k, dim)
+        recall_seconds = time.perf_counter() - recall_start
+        version, rows_out = _written(spark, path)
+        record.rows_in, record.rows_out = n_users, rows_out
+        record.table_versions = {"user_neighbors": version}
+        result = KnnResult(users=n_users, clusters=int(centroids.shape[0]), nprobe=nprobe, k=k, recall=recall,
+                           fm_version=fm_meta["version"], target_recall=enrichment.knn_target_recall,
+                           sample_recall=float(curve[nprobe - 1]), recall_queries=len(query_ids),
+                           index_seconds=index_seconds, search_seconds=search_seconds, recall_seconds=recall_seconds,
+                           seconds=time.perf_counter() - started)
         record.details = result.details()
         record.write(spark, config, "success")
-        log.info("knn at %s: %d users, %d clusters, nprobe %d, recall@%d vs exact = %.3f", as_of, n_users,
-                 centroids.shape[0], nprobe, enrichment.knn_k, recall)
+        log.info("knn at %s: %d users, %d clusters, nprobe %d (sample recall %.3f), recall@%d vs exact = %.3f on %d "
+                 "queries; search %.1fs, stage %.1fs", as_of, n_users, centroids.shape[0], nprobe, result.sample_recall,
+                 k, recall, len(query_ids), search_seconds, result.seconds)
+        if recall < enrichment.knn_target_recall:
+            log.warning("knn recall@%d %.3f is below the target %.3f", k, recall, enrichment.knn_target_recall)
         return result
     finally:
+        if neighbors is not None:
+            neighbors.unpersist()
         vectors.unpersist()
 
 
-def _recall(spark, vectors, neighbors_path, enrichment, dim, seed, n_users) -> float:
-    """Recall@k of the written neighbours against exact search, on a sample of query users.
+def _uniform(seed: int):
+    """A per-user number in [0, 1) from a seeded hash of the id: the same rows whatever the partitioning."""
+    from pyspark.sql import functions as F
 
-    The exact search is distributed too: the query sample is broadcast, each partition returns
-    its local top-k, the driver merges them.
+    return F.pmod(F.xxhash64(F.lit(seed), F.col("user_id")), F.lit(1 << 40)) / float(1 << 40)
+
+
+def _driver_samples(vectors, n_users: int, enrichment, dim: int, seed: int):
+    """One action brings the driver ``(train, held_out, (query_ids, query_vectors))``.
+
+    ``train``: <= ``knn_sample`` users for k-means; ``held_out``: when that is not everyone, up to
+    ``knn_sample / 2`` other users (never in ``train``) on which nprobe is chosen
+    (``solaris.knn.choose_nprobe``); the recall query sample: ``knn_recall_sample`` users drawn
+    independently. All chosen by seeded hashes of the user id and sorted by id, so the same users
+    whatever the partitioning.
     """
     import numpy as np
-    import pandas as pd
+    from pyspark.sql import functions as F
 
-    from solaris import knn
     from solaris.embedding_codec import decode
 
-    k = enrichment.knn_k
-    fraction = min(1.0, 2.0 * enrichment.knn_recall_sample / n_users)
-    queries = vectors.sample(fraction=fraction, seed=seed + 1).limit(enrichment.knn_recall_sample).toPandas()
-    query_ids = queries["user_id"].to_numpy()
-    query_vectors = decode(queries["vector"].tolist(), dim)
+    train_share = min(1.0, enrichment.knn_sample / n_users)
+    held_share = min(1.0 - train_share, 0.5 * enrichment.knn_sample / n_users)
+    query_share = min(1.0, 3.0 * enrichment.knn_recall_sample / n_users)  # oversampled, cut below
+    frame = (vectors.select("user_id", "vector", _uniform(seed).alias("u_train"), _uniform(seed + 1).alias("u_query"))
+             .where((F.col("u_train") < train_share + held_share) | (F.col("u_query") < query_share)).toPandas())
+
+    def vectors_of(rows):
+        return decode(rows.sort_values("user_id")["vector"].tolist(), dim)
+
+    by_train = frame.sort_values(["u_train", "user_id"])
+    train = by_train[by_train["u_train"] < train_share].head(enrichment.knn_sample)
+    held_out = by_train[(by_train["u_train"] >= train_share) & (by_train["u_train"] < train_share + held_share)]
+    queries = frame[frame["u_query"] < query_share].sort_values(["u_query", "user_id"]).head(enrichment.knn_recall_sample)
+    queries = queries.sort_values("user_id")
+    return (vectors_of(train), vectors_of(held_out) if len(held_out) >= 2 else None,
+            (queries["user_id"].to_numpy(np.int64), decode(queries["vector"].tolist(), dim)))
+
+
+def _merge_candidates(candidates, k: int):
+    """Per user: the best k of the candidates from its ``nprobe`` clusters, natively in Spark.
+
+    (similarity desc, id asc) is the sort order of ``(-similarity, id)`` structs; a neighbour is a
+    member of one cluster only and a user probes a cluster once, so no candidate repeats.
+    """
+    from pyspark.sql import functions as F
+
+    pairs = F.zip_with("similarities", "neighbor_ids", lambda sim, nid: F.struct((-sim).alias("neg"), nid.alias("id")))
+    merged = candidates.groupBy("user_id").agg(F.max("home_cluster").alias("cluster_id"),
+                                               F.flatten(F.collect_list(pairs)).alias("candidates"))
+    best = F.slice(F.array_sort(F.filter("candidates", lambda c: c["id"] >= 0)), 1, k)
+    return merged.select("user_id", F.transform(best, lambda c: c["id"]).alias("neighbor_ids"),
+                         F.transform(best, lambda c: -c["neg"]).alias("similarities"), "cluster_id")
+
+
+def _recall(spark, vectors, neighbors, query_ids, query_vectors, k: int, dim: int) -> float:
+    """Recall@k of the written neighbours against exact search, on the query sample, in one action.
+
+    Exact search is distributed: the queries are broadcast and each partition of the cached
+    vectors returns its local top-k (``udfs.knn.make_partition_topk``); the written (cached)
+    neighbour lists of the same queries come back in the same ``union``; the driver merges.
+    """
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    from solaris import knn
+    from solaris.udfs.knn import PARTIAL_SCHEMA, make_partition_topk
+
     queries_b = spark.sparkContext.broadcast((query_ids, query_vectors))
+    exact = vectors.mapInPandas(make_partition_topk(queries_b, k, dim), PARTIAL_SCHEMA).withColumn("exact", F.lit(True))
+    written = neighbors.where(F.col("user_id").isin([int(q) for q in query_ids])).select(
+        F.col("user_id").alias("query"), F.explode("neighbor_ids").alias("neighbor"),
+        F.lit(None).cast("float").alias("similarity"), F.lit(False).alias("exact"))
+    rows = exact.unionByName(written).toPandas()
+    truth = np.full((len(query_ids), k), -1, dtype=np.int64)
+    found = []
+    for row, query in enumerate(query_ids):
+        mine = rows[rows["query"] == query]
+        best = knn.merge_topk(mine["neighbor"][mine["exact"]].to_numpy(), mine["similarity"][mine["exact"]].to_numpy(), k)[0]
+        truth[row, : best.size] = best
+        found.append(mine["neighbor"][~mine["exact"]].to_numpy())
+    return float(knn.recall_at_k(found, truth))
 
-    def local_topk(frames):
-        ids_all, vecs_all = [], []
-        for frame in frames:
-            ids_all.append(frame["user_id"].to_numpy())
-            vecs_all.append(decode(frame["vector"].tolist(), dim))
-        if not ids_all:
-            return
-        q_ids, q_vecs = queries_b.value
-        found, sims = knn.search(np.concatenate(ids_all), np.concatenate(vecs_all), q_ids, q_vecs, k)
-        yield pd.DataFrame({"query": np.repeat(q_ids, k), "neighbor": found.ravel(), "sim": sims.ravel()})
 
-    local = vectors.mapInPandas(local_topk, "query long, neighbor long, sim float").toPandas()
-    exact = []
-    for query in query_ids:
-        part = local[local["query"] == query]
-        exact.append(knn.merge_topk(part["neighbor"].to_numpy(), part["sim"].to_numpy(), k)[0])
-    wanted = spark.createDataFrame(pd.DataFrame({"user_id": query_ids.astype(np.int64)}))
-    found = spark.read.format("delta").load(neighbors_path).join(wanted, "user_id").select(
-        "user_id", "neighbor_ids").toPandas()
-    by_user = {int(row.user_id): np.asarray(row.neighbor_ids) for row in found.itertuples()}
-    approximate = [by_user.get(int(query), np.empty(0, np.int64)) for query in query_ids]
-    padded = np.full((len(exact), k), -1, dtype=np.int64)
-    for row, ids in enumerate(exact):
-        padded[row, : len(ids)] = ids
-    return float(knn.recall_at_k(approximate, padded))
+def _written(spark, path: str) -> tuple[int, int]:
+    """(version, rows written) of the last commit, from the Delta log (no table scan)."""
+    from delta.tables import DeltaTable
+
+    last = DeltaTable.forPath(spark, path).history(1).select("version", "operationMetrics").collect()[0]
+    metrics = last["operationMetrics"] or {}
+    rows = metrics.get("numOutputRows")
+    if rows is None:
+        rows = spark.read.format("delta").load(path).count()
+    return int(last["version"]), int(rows)
 
 
 def main(argv: list[str] | None = None) -> int:

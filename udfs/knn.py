@@ -2,10 +2,13 @@
 
 * :func:`make_user_representer` (``mapInArrow``): history lists -> the FM's user-only vector
   (L2-normalised, packed float32), the model cached once per Python worker like the scorer.
+* :func:`make_cluster_assigner` (``mapInPandas``): each user -> one row per probed cluster (its
+  ``nprobe`` nearest centroids, the first being the cluster it is a member of).
 * :func:`make_cluster_searcher` (``applyInPandas`` grouped by cluster): exact FAISS inner-product
-  search of the cluster's queries among its members.
-* :func:`merge_user_candidates` (``applyInPandas`` grouped by user): global top-k over the
-  ``nprobe`` clusters a user was searched in.
+  search of the cluster's queries among its members. The per-user merge over the ``nprobe``
+  clusters is a native Spark aggregation in ``jobs/knn`` (no Python call per user).
+* :func:`make_partition_topk` (``mapInPandas``): exact top-k of the recall query sample among one
+  partition's users; merged on the driver this is exact search over all users.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import pandas as pd
 import pyarrow as pa
 
 REPRESENTATION_SCHEMA = "user_id bigint, vector binary"
-CANDIDATE_SCHEMA = "user_id bigint, neighbor_ids array<bigint>, similarities array<float>"
-NEIGHBOR_SCHEMA = "user_id bigint, neighbor_ids array<bigint>, similarities array<float>"
+ASSIGNMENT_SCHEMA = "user_id bigint, vector binary, cluster_id bigint, is_member boolean"
+CANDIDATE_SCHEMA = "user_id bigint, home_cluster bigint, neighbor_ids array<bigint>, similarities array<float>"
+PARTIAL_SCHEMA = "query bigint, neighbor bigint, similarity float"
 
 
 def make_user_representer(fm_checkpoint: str, embedding_dim: int, history_length: int, request_ts: int,
@@ -58,27 +62,70 @@ def make_user_representer(fm_checkpoint: str, embedding_dim: int, history_length
     return represent
 
 
+def _one_faiss_thread() -> None:
+    """A Spark task owns one core: FAISS's OpenMP threads on many small searches oversubscribe the
+    machine (measured 16x slower per-cluster search with 2 threads on a busy 2-core box)."""
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+
+
+def make_cluster_assigner(centroids_broadcast, nprobe: int, embedding_dim: int):
+    def assign(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        from solaris.embedding_codec import decode
+        from solaris.knn import nearest_clusters
+
+        _one_faiss_thread()
+        for frame in frames:
+            if frame.empty:
+                continue
+            probes = nearest_clusters(decode(frame["vector"].tolist(), embedding_dim), centroids_broadcast.value, nprobe)
+            for rank in range(probes.shape[1]):
+                yield pd.DataFrame({"user_id": frame["user_id"], "vector": frame["vector"],
+                                    "cluster_id": probes[:, rank], "is_member": rank == 0})
+
+    return assign
+
+
 def make_cluster_searcher(k: int, embedding_dim: int):
+    """One cluster's group -> per query (every row): top-k among the members, self excluded.
+
+    Queries are processed in user-id order and ``home_cluster`` is the cluster id on the query's
+    member row (-1 elsewhere), so the merge can keep it without a join.
+    """
     def search_cluster(frame: pd.DataFrame) -> pd.DataFrame:
         from solaris.embedding_codec import decode
         from solaris.knn import search
 
-        members = frame[frame["is_member"]]
-        queries = frame[frame["is_query"]]
+        _one_faiss_thread()
+        frame = frame.sort_values(["user_id", "is_member"], kind="stable")
+        members = frame[frame["is_member"].to_numpy()]
         found, sims = search(members["user_id"].to_numpy(), decode(members["vector"].tolist(), embedding_dim),
-                             queries["user_id"].to_numpy(), decode(queries["vector"].tolist(), embedding_dim), k)
-        return pd.DataFrame({"user_id": queries["user_id"].to_numpy(), "neighbor_ids": list(found),
-                             "similarities": list(sims)})
+                             frame["user_id"].to_numpy(), decode(frame["vector"].tolist(), embedding_dim), k)
+        return pd.DataFrame({"user_id": frame["user_id"].to_numpy(),
+                             "home_cluster": np.where(frame["is_member"].to_numpy(), frame["cluster_id"].to_numpy(), -1),
+                             "neighbor_ids": list(found), "similarities": list(sims)})
 
     return search_cluster
 
 
-def merge_user_candidates(k: int):
-    def merge(frame: pd.DataFrame) -> pd.DataFrame:
-        from solaris.knn import merge_topk
+def make_partition_topk(queries_broadcast, k: int, embedding_dim: int):
+    """Exact top-k of the broadcast ``(query_ids, query_vectors)`` among one partition's users."""
+    def local_topk(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        from solaris.embedding_codec import decode
+        from solaris.knn import search
 
-        ids, sims = merge_topk(np.concatenate(frame["neighbor_ids"].to_numpy()),
-                               np.concatenate(frame["similarities"].to_numpy()), k)
-        return pd.DataFrame({"user_id": [int(frame["user_id"].iloc[0])], "neighbor_ids": [ids], "similarities": [sims]})
+        _one_faiss_thread()
+        ids, vectors = [], []
+        for frame in frames:
+            ids.append(frame["user_id"].to_numpy())
+            vectors.append(decode(frame["vector"].tolist(), embedding_dim))
+        if not ids:
+            return
+        query_ids, query_vectors = queries_broadcast.value
+        found, sims = search(np.concatenate(ids), np.concatenate(vectors), query_ids, query_vectors, k)
+        keep = found.ravel() >= 0
+        yield pd.DataFrame({"query": np.repeat(query_ids, k)[keep], "neighbor": found.ravel()[keep],
+                            "similarity": sims.ravel()[keep]})
 
-    return merge
+    return local_topk

@@ -1,13 +1,22 @@
 import numpy as np
 
+import pytest
+
+from solaris.jobs.knn import KnnResult
 from solaris.knn import (
+    choose_nprobe,
     default_clusters,
     exact_topk,
+    ivf_search,
     merge_topk,
     nearest_clusters,
     normalize,
+    probe_ranks,
     recall_at_k,
+    recall_by_nprobe,
+    sample_depth,
     search,
+    smallest_nprobe,
     train_centroids,
 )
 
@@ -54,6 +63,9 @@ def test_clustered_search_recall_against_exact():
     recall = recall_at_k(approx, exact)
     assert recall > 0.8  # clustered data; random isotropic vectors would score far lower
     assert recall_at_k(exact, exact) == 1.0
+    # the one-process version of the stage gives the same lists as the query-by-query loop above
+    batched, _ = ivf_search(ids, vectors, centroids, 2, 10)
+    assert [row[row >= 0].tolist() for row in batched] == [row.tolist() for row in approx]
 
 
 def test_kmeans_is_seeded():
@@ -73,3 +85,74 @@ def test_search_is_independent_of_row_order_and_breaks_ties_by_id():
         found, sims = search(ids[order], tied[order], np.array([99]), query, 2)
         answers.add((tuple(found[0].tolist()), tuple(round(float(s), 6) for s in sims[0])))
     assert answers == {((7, 11), (0.6, 0.6))}
+
+
+def test_recall_at_k_counts_hits_over_the_exact_lists_ignoring_padding():
+    exact = np.array([[1, 2, 3, 4], [5, 6, -1, -1]])
+    assert recall_at_k([np.array([1, 2, 9, 8]), np.array([6, 5])], exact) == pytest.approx(4 / 6)
+    assert recall_at_k([np.array([-1, -1]), np.array([-1])], exact) == 0.0
+
+
+def test_probe_ranks_and_recall_curve():
+    probes = np.array([[4, 1, 0], [2, 0, 1]])  # each query's clusters, nearest first
+    neighbor_clusters = np.array([[4, 0, 3], [1, -1, 2]])  # cluster 3 is never probed; -1 = padding
+    ranks = probe_ranks(neighbor_clusters, probes)
+    assert ranks.tolist() == [[0, 2, 3], [2, -1, 0]]
+    curve = recall_by_nprobe(ranks, 3)
+    np.testing.assert_allclose(curve, [2 / 5, 2 / 5, 4 / 5])
+
+
+def test_smallest_nprobe_reaching_the_target():
+    curve = np.array([0.5, 0.9, 0.949, 0.95, 0.99])
+    assert smallest_nprobe(curve, 0.95) == 4
+    assert smallest_nprobe(curve, 0.5) == 1
+    assert smallest_nprobe(curve, 0.999) == 5  # unreachable: search every cluster there is
+
+
+def test_sample_depth_scales_with_the_sampled_share():
+    assert sample_depth(10, 1.0) == 10 and sample_depth(10, 0.5) == 5
+    assert sample_depth(10, 0.01) == 1 and sample_depth(10, 3.0) == 10
+
+
+def test_choose_nprobe_predicts_the_recall_of_the_search_on_the_whole_sample():
+    # On the whole population, "found iff its cluster is probed" is exact: the estimated curve is
+    # the recall the stage's search really gets, for every nprobe.
+    vectors, ids = _clustered(n=800, dim=12, clusters=10, seed=4)
+    centroids = train_centroids(vectors, 30, seed=2)
+    nprobe, curve = choose_nprobe(vectors, centroids, 10, 0.95)  # 800 <= calibration_queries: all
+    exact = exact_topk(ids, vectors, ids, vectors, 10)
+    assert 1 < nprobe < 30  # a non-trivial choice on this data
+    for p in sorted({1, nprobe - 1, nprobe, 30}):
+        measured = recall_at_k(list(ivf_search(ids, vectors, centroids, p, 10)[0]), exact)
+        assert measured == pytest.approx(curve[p - 1], abs=2e-3)  # ties in float similarity aside
+        assert (measured >= 0.95) == (p >= nprobe)
+
+
+def test_ivf_search_probing_every_cluster_is_exact():
+    vectors, ids = _clustered(n=300, seed=5)
+    centroids = train_centroids(vectors, 9, seed=0)
+    found, sims = ivf_search(ids, vectors, centroids, 9, 7)
+    exact_ids, exact_sims = search(ids, vectors, ids, vectors, 7)
+    np.testing.assert_array_equal(found, exact_ids)
+    np.testing.assert_allclose(sims, exact_sims, atol=1e-6)
+
+
+def test_knn_result_details_keep_the_audit_keys():
+    result = KnnResult(users=10, clusters=3, nprobe=2, k=5, recall=0.96, fm_version="v1", target_recall=0.95,
+                       sample_recall=0.97, recall_queries=10, search_seconds=1.25)
+    details = result.details()
+    assert details["recall_at_5"] == 0.96 and details["search_seconds"] == 1.25 and details["nprobe"] == 2
+
+
+def test_choose_nprobe_on_a_held_out_population_uses_the_scaled_depth():
+    vectors, _ = _clustered(n=1200, dim=12, clusters=10, seed=6)
+    sample, population = vectors[:900], vectors[900:]
+    centroids = train_centroids(sample, 20, seed=0)
+    nprobe, curve = choose_nprobe(population, centroids, 10, 0.9, population_fraction=0.25)
+    assert sample_depth(10, 0.25) == 2
+    truth = search(np.arange(300), population, np.arange(300), population, 2)[0]
+    probes = nearest_clusters(population, centroids, nprobe)
+    members = nearest_clusters(population, centroids, 1)[:, 0]
+    found = np.mean([members[j] in probes[q] for q in range(300) for j in truth[q]])
+    assert found == pytest.approx(curve[nprobe - 1]) and found >= 0.9
+    assert nprobe == 1 or curve[nprobe - 2] < 0.9
