@@ -187,14 +187,15 @@ def report(row: dict, k: int, extra: str = "") -> None:
           f"nprobe={row['nprobe']} (sample-estimated recall {row['sample_recall']:.3f}), largest list "
           f"{row['largest_list']:,}, share of users scanned per query {row['scanned']:.4f}")
     print(f"   recall@{k} vs exact on {row['queries']:,} queries: {row['recall']:.4f}")
-    print(f"   exact {row['exact_s']:.4f} s, approx {row['approx_s']:.4f} s (search of the query sample, median of repeats), "
-          f"build {row['build_s']:.2f} s once")
+    print(f"   exact {row['exact_s']:.4f} s, approx {row['approx_s']:.4f} s "
+          f"(search of the query sample, median of repeats), build {row['build_s']:.2f} s once")
     print(f"   speed-up exact/approx: {row['speedup']:.1f}x  (with the build prorated to the queries: "
           f"{row['speedup_with_build']:.1f}x)")
     if "stage_total_s" in row:
         print(f"   stage method (solaris.knn.ivf_search: all {row['n']:,} users, batched per cluster, 1 process): "
               f"{row['stage_total_s']:.2f} s, share of the {row['queries']:,} queries {row['stage_share_s']:.4f} s, "
-              f"recall@{k} {row['stage_recall']:.4f}, speed-up exact/share {row['exact_s'] / row['stage_share_s']:.1f}x")
+              f"recall@{k} {row['stage_recall']:.4f}, "
+              f"speed-up exact/share {row['exact_s'] / row['stage_share_s']:.1f}x")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -227,10 +228,12 @@ def main(argv: list[str] | None = None) -> None:
         if name == "ml1m":
             ids, vectors, version = ml1m_users(args.warehouse, args.as_of, args.cache_dir)
             faiss.omp_set_num_threads(args.threads)
-            report(bench(name, vectors, args), args.k, f" (FM user representations, events <= {args.as_of}, FM {version})")
+            report(bench(name, vectors, args), args.k,
+                   f" (FM user representations, events <= {args.as_of}, FM {version})")
         elif name == "synthetic":
             vectors = synthetic_users(args.synthetic_users, args.dim, args.components, args.seed)
-            report(bench(name, vectors, args), args.k, f" (Gaussian mixture, {args.components} components, seed {args.seed})")
+            report(bench(name, vectors, args), args.k,
+                   f" (Gaussian mixture, {args.components} components, seed {args.seed})")
         else:
             parser.error(f"unknown dataset {name}")
 

@@ -18,8 +18,18 @@ import logging
 import sys
 from dataclasses import asdict, dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from solaris.runtime import job_parser, run_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
+    import numpy as np
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    from solaris.config import SolarisConfig
 
 log = logging.getLogger("solaris.impute")
 
@@ -44,11 +54,21 @@ def build_parser() -> argparse.ArgumentParser:
 PER_USER_SCHEMA = "user_id long, embedding binary, n_neighbors int, mean_similarity float, fm_version string"
 
 
-def make_imputer(dim: int, min_neighbors: int, min_similarity: float):
+def _spread(values: np.ndarray, fill: float, at: np.ndarray, n: int) -> np.ndarray:
+    """``n`` rows: ``values`` at rows ``at``, ``fill`` elsewhere."""
+    import numpy as np
+
+    out = np.full((n, *values.shape[1:]), fill, dtype=values.dtype)
+    out[at] = values
+    return out
+
+
+def make_imputer(dim: int, min_neighbors: int,
+                 min_similarity: float) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: (user, neighbour) rows sorted by user and neighbour rank within the
     partition -> one row per user without an aggregate; ``embedding`` is null when not imputable."""
 
-    def impute(batches):
+    def impute(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -65,25 +85,21 @@ def make_imputer(dim: int, min_neighbors: int, min_similarity: float):
             at = np.searchsorted(users, result.user_ids)
             missed = np.ones(len(users), dtype=bool)
             missed[at] = False
-
-            def spread(values, fill):
-                out = np.full((len(users), *values.shape[1:]), fill, dtype=values.dtype)
-                out[at] = values
-                return out
-
+            n = len(users)
             yield pa.record_batch([
                 pa.array(users, pa.int64()),
-                pc.if_else(pa.array(~missed), encode_arrow(spread(result.embeddings, 0.0)), pa.scalar(None, pa.binary())),
-                pa.array(spread(result.n_neighbors, 0).astype(np.int32), pa.int32(), mask=missed),
-                pa.array(spread(result.mean_similarity, 0.0), pa.float32(), mask=missed),
-                has.column("fm_version").take(pa.array(spread(result.first_row, 0), mask=missed)).combine_chunks()
-                .cast(pa.string()),
+                pc.if_else(pa.array(~missed), encode_arrow(_spread(result.embeddings, 0.0, at, n)),
+                           pa.scalar(None, pa.binary())),
+                pa.array(_spread(result.n_neighbors, 0, at, n).astype(np.int32), pa.int32(), mask=missed),
+                pa.array(_spread(result.mean_similarity, 0.0, at, n), pa.float32(), mask=missed),
+                has.column("fm_version").take(pa.array(_spread(result.first_row, 0, at, n), mask=missed))
+                .combine_chunks().cast(pa.string()),
             ], names=["user_id", "embedding", "n_neighbors", "mean_similarity", "fm_version"])
 
     return impute
 
 
-def run(spark, config, as_of, run_id: str) -> ImputeResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> ImputeResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -106,7 +122,8 @@ def run(spark, config, as_of, run_id: str) -> ImputeResult:
     # pass that imputes also counts them
     pairs = (
         missing.select("user_id", F.posexplode_outer(F.arrays_zip("neighbor_ids", "similarities")).alias("pos", "n"))
-        .select("user_id", "pos", F.col("n.neighbor_ids").alias("neighbor_id"), F.col("n.similarities").alias("similarity"))
+        .select("user_id", "pos", F.col("n.neighbor_ids").alias("neighbor_id"),
+                F.col("n.similarities").alias("similarity"))
         .join(servable, "neighbor_id", "left")
         .repartition("user_id").sortWithinPartitions("user_id", "pos")
     )
@@ -140,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "impute", "enrichment",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
-        report=lambda config, result: f"imputed_embeddings: {config.table_path('imputed_embeddings')} imputed={result.imputed}",
+        report=lambda config, result: (f"imputed_embeddings: {config.table_path('imputed_embeddings')} "
+                                       f"imputed={result.imputed}"),
     )
 
 

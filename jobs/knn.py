@@ -23,8 +23,18 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from solaris.runtime import job_parser, run_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
+    import numpy as np
+    import pandas as pd
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from solaris.config import EnrichmentConfig, SolarisConfig
 
 log = logging.getLogger("solaris.knn")
 
@@ -69,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(spark, config, as_of, run_id: str, fm_path: str | None = None) -> KnnResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str,
+        fm_path: str | None = None) -> KnnResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -154,14 +165,15 @@ def run(spark, config, as_of, run_id: str, fm_path: str | None = None) -> KnnRes
         vectors.unpersist()
 
 
-def _uniform(seed: int):
+def _uniform(seed: int) -> Column:
     """A per-user number in [0, 1) from a seeded hash of the id: the same rows whatever the partitioning."""
     from pyspark.sql import functions as F
 
     return F.pmod(F.xxhash64(F.lit(seed), F.col("user_id")), F.lit(1 << 40)) / float(1 << 40)
 
 
-def _driver_samples(vectors, n_users: int, enrichment, dim: int, seed: int):
+def _driver_samples(vectors: DataFrame, n_users: int, enrichment: EnrichmentConfig, dim: int,
+                    seed: int) -> tuple[np.ndarray, np.ndarray | None, tuple[np.ndarray, np.ndarray]]:
     """One action brings the driver ``(train, held_out, (query_ids, query_vectors))``.
 
     ``train``: <= ``knn_sample`` users for k-means; ``held_out``: when that is not everyone, up to
@@ -178,22 +190,25 @@ def _driver_samples(vectors, n_users: int, enrichment, dim: int, seed: int):
     train_share = min(1.0, enrichment.knn_sample / n_users)
     held_share = min(1.0 - train_share, 0.5 * enrichment.knn_sample / n_users)
     query_share = min(1.0, 3.0 * enrichment.knn_recall_sample / n_users)  # oversampled, cut below
-    frame = (vectors.select("user_id", "vector", _uniform(seed).alias("u_train"), _uniform(seed + 1).alias("u_query"))
-             .where((F.col("u_train") < train_share + held_share) | (F.col("u_query") < query_share)).toPandas())
+    frame: pd.DataFrame = (
+        vectors.select("user_id", "vector", _uniform(seed).alias("u_train"), _uniform(seed + 1).alias("u_query"))
+        .where((F.col("u_train") < train_share + held_share) | (F.col("u_query") < query_share)).toPandas()
+    )
 
-    def vectors_of(rows):
+    def vectors_of(rows: pd.DataFrame) -> np.ndarray:
         return decode(rows.sort_values("user_id")["vector"].tolist(), dim)
 
     by_train = frame.sort_values(["u_train", "user_id"])
     train = by_train[by_train["u_train"] < train_share].head(enrichment.knn_sample)
     held_out = by_train[(by_train["u_train"] >= train_share) & (by_train["u_train"] < train_share + held_share)]
-    queries = frame[frame["u_query"] < query_share].sort_values(["u_query", "user_id"]).head(enrichment.knn_recall_sample)
+    queries = (frame[frame["u_query"] < query_share].sort_values(["u_query", "user_id"])
+               .head(enrichment.knn_recall_sample))
     queries = queries.sort_values("user_id")
     return (vectors_of(train), vectors_of(held_out) if len(held_out) >= 2 else None,
             (queries["user_id"].to_numpy(np.int64), decode(queries["vector"].tolist(), dim)))
 
 
-def _merge_candidates(candidates, k: int):
+def _merge_candidates(candidates: DataFrame, k: int) -> DataFrame:
     """Per user: the best k of the candidates from its ``nprobe`` clusters, natively in Spark.
 
     (similarity desc, id asc) is the sort order of ``(-similarity, id)`` structs; a neighbour is a
@@ -209,7 +224,8 @@ def _merge_candidates(candidates, k: int):
                          F.transform(best, lambda c: -c["neg"]).alias("similarities"), "cluster_id")
 
 
-def _recall(spark, vectors, neighbors, query_ids, query_vectors, k: int, dim: int) -> float:
+def _recall(spark: SparkSession, vectors: DataFrame, neighbors: DataFrame, query_ids: np.ndarray,
+            query_vectors: np.ndarray, k: int, dim: int) -> float:
     """Recall@k of the written neighbours against exact search, on the query sample, in one action.
 
     Exact search is distributed: the queries are broadcast and each partition of the cached
@@ -227,18 +243,19 @@ def _recall(spark, vectors, neighbors, query_ids, query_vectors, k: int, dim: in
     written = neighbors.where(F.col("user_id").isin([int(q) for q in query_ids])).select(
         F.col("user_id").alias("query"), F.explode("neighbor_ids").alias("neighbor"),
         F.lit(None).cast("float").alias("similarity"), F.lit(False).alias("exact"))
-    rows = exact.unionByName(written).toPandas()
+    rows: pd.DataFrame = exact.unionByName(written).toPandas()
     truth = np.full((len(query_ids), k), -1, dtype=np.int64)
     found = []
     for row, query in enumerate(query_ids):
         mine = rows[rows["query"] == query]
-        best = knn.merge_topk(mine["neighbor"][mine["exact"]].to_numpy(), mine["similarity"][mine["exact"]].to_numpy(), k)[0]
+        best = knn.merge_topk(mine["neighbor"][mine["exact"]].to_numpy(),
+                              mine["similarity"][mine["exact"]].to_numpy(), k)[0]
         truth[row, : best.size] = best
         found.append(mine["neighbor"][~mine["exact"]].to_numpy())
     return float(knn.recall_at_k(found, truth))
 
 
-def _written(spark, path: str) -> tuple[int, int]:
+def _written(spark: SparkSession, path: str) -> tuple[int, int]:
     """(version, rows written) of the last commit, from the Delta log (no table scan)."""
     from delta.tables import DeltaTable
 

@@ -17,8 +17,17 @@ import logging
 import sys
 from dataclasses import asdict, dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from solaris.runtime import job_parser, run_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    from solaris.config import SolarisConfig
 
 log = logging.getLogger("solaris.user_aggregates")
 
@@ -40,10 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris user-aggregates", __doc__)
 
 
-def make_aggregator(dim: int, as_of_s: int, mode: str, half_life_hours: float, l2_normalize: bool):
+def make_aggregator(dim: int, as_of_s: int, mode: str, half_life_hours: float,
+                    l2_normalize: bool) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: rows sorted by user within the partition -> one row per user."""
 
-    def aggregate(batches):
+    def aggregate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
         import pyarrow as pa
 
@@ -52,7 +62,8 @@ def make_aggregator(dim: int, as_of_s: int, mode: str, half_life_hours: float, l
 
         for table in complete_groups(batches, "user_id"):
             result = aggregate_users(table.column("user_id").to_numpy(), decode(table.column("embedding"), dim),
-                                     table.column("computed_s").to_numpy(), as_of_s, mode, half_life_hours, l2_normalize)
+                                     table.column("computed_s").to_numpy(), as_of_s, mode, half_life_hours,
+                                     l2_normalize)
             if len(result.user_ids):
                 yield pa.record_batch([
                     pa.array(result.user_ids, pa.int64()), encode_arrow(result.embeddings),
@@ -63,7 +74,7 @@ def make_aggregator(dim: int, as_of_s: int, mode: str, half_life_hours: float, l
     return aggregate
 
 
-def run(spark, config, as_of, run_id: str) -> UserAggregatesResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> UserAggregatesResult:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 

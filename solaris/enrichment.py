@@ -81,7 +81,8 @@ def aggregate_users(
     vectors = np.asarray(embeddings, dtype=np.float64)
     computed = np.asarray(computed_at_seconds, dtype=np.float64)
     if vectors.ndim != 2 or vectors.shape[0] != ids.shape[0] or computed.shape != ids.shape:
-        raise ValueError(f"expected [n] ids, [n, D] embeddings, [n] times; got {ids.shape}, {vectors.shape}, {computed.shape}")
+        raise ValueError(f"expected [n] ids, [n, D] embeddings, [n] times; "
+                         f"got {ids.shape}, {vectors.shape}, {computed.shape}")
     all_starts = group_starts(ids)
     # sorted by (user, computed_at, row): the last row of each user's run is their latest pair
     order = np.lexsort((np.arange(ids.size), computed, ids))
@@ -135,7 +136,8 @@ def impute_users(
     sims = np.asarray(similarities, dtype=np.float64)
     vectors = np.asarray(neighbor_embeddings, dtype=np.float64)
     if vectors.ndim != 2 or vectors.shape[0] != ids.shape[0] or sims.shape != ids.shape:
-        raise ValueError(f"expected [n] ids, [n] similarities, [n, D] embeddings; got {ids.shape}, {sims.shape}, {vectors.shape}")
+        raise ValueError(f"expected [n] ids, [n] similarities, [n, D] embeddings; "
+                         f"got {ids.shape}, {sims.shape}, {vectors.shape}")
     all_starts = group_starts(ids)
     with np.errstate(invalid="ignore"):
         usable = np.isfinite(sims) & (sims >= min_similarity) & (sims > 0)

@@ -16,6 +16,8 @@ which the neighbour's cluster is reached; the recall of every ``nprobe`` at once
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 NO_ID = -1
@@ -43,7 +45,9 @@ def train_centroids(sample: np.ndarray, n_clusters: int, seed: int, iterations: 
     kmeans = faiss.Kmeans(sample.shape[1], n_clusters, niter=iterations, seed=seed, spherical=True,
                           verbose=False, min_points_per_centroid=1, max_points_per_centroid=1 << 30)
     kmeans.train(sample)
-    return normalize(kmeans.centroids)
+    centroids = kmeans.centroids
+    assert centroids is not None, "faiss.Kmeans.train sets the centroids"
+    return normalize(centroids)
 
 
 def nearest_clusters(vectors: np.ndarray, centroids: np.ndarray, nprobe: int) -> np.ndarray:
@@ -116,10 +120,10 @@ def exact_topk(all_ids: np.ndarray, all_vectors: np.ndarray, query_ids: np.ndarr
     return search(all_ids, all_vectors, query_ids, query_vectors, k)[0]
 
 
-def recall_at_k(approximate, exact: np.ndarray) -> float:
+def recall_at_k(approximate: Sequence[np.ndarray] | np.ndarray, exact: np.ndarray) -> float:
     """Mean share of the exact top-k found by the approximate search (``-1`` padding ignored)."""
     hits, total = 0, 0
-    for approx, truth in zip(approximate, exact):
+    for approx, truth in zip(approximate, exact, strict=True):  # one approximate list per exact row
         truth = np.asarray(truth)
         truth = truth[truth >= 0]
         approx = np.asarray(approx)

@@ -13,11 +13,16 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, cast
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark import Broadcast
+
+    from solaris.models.fm import FoundationModel
 
 REPRESENTATION_SCHEMA = "user_id bigint, vector binary"
 ASSIGNMENT_SCHEMA = "user_id bigint, vector binary, cluster_id bigint, is_member boolean"
@@ -26,7 +31,8 @@ PARTIAL_SCHEMA = "query bigint, neighbor bigint, similarity float"
 
 
 def make_user_representer(fm_checkpoint: str, embedding_dim: int, history_length: int, request_ts: int,
-                          batch_size: int = 4096, torch_threads: int = 1):
+                          batch_size: int = 4096,
+                          torch_threads: int = 1) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def represent(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import torch
 
@@ -39,7 +45,8 @@ def make_user_representer(fm_checkpoint: str, embedding_dim: int, history_length
         device = task_device()
         if device == "cpu":
             torch.set_num_threads(torch_threads)
-        fm, _ = load_cached(fm_checkpoint, "fm", embedding_dim, device)
+        model, _ = load_cached(fm_checkpoint, "fm", embedding_dim, device)
+        fm = cast("FoundationModel", model)  # load_cached(..., "fm", ...) returns the FM
         for batch in batches:
             n = batch.num_rows
             if not n:
@@ -57,7 +64,8 @@ def make_user_representer(fm_checkpoint: str, embedding_dim: int, history_length
                     rows = slice(start, min(start + batch_size, n))
                     vectors[rows] = fm.user_representation(to_tensors(features, device, rows)).float().cpu().numpy()
             vectors = normalize(vectors)
-            yield pa.RecordBatch.from_arrays([batch.column("user_id"), encode_arrow(vectors)], names=["user_id", "vector"])
+            yield pa.RecordBatch.from_arrays([batch.column("user_id"), encode_arrow(vectors)],
+                                             names=["user_id", "vector"])
 
     return represent
 
@@ -70,7 +78,8 @@ def _one_faiss_thread() -> None:
     faiss.omp_set_num_threads(1)
 
 
-def make_cluster_assigner(centroids_broadcast, nprobe: int, embedding_dim: int):
+def make_cluster_assigner(centroids_broadcast: Broadcast[np.ndarray], nprobe: int,
+                          embedding_dim: int) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     def assign(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         from solaris.embedding_codec import decode
         from solaris.knn import nearest_clusters
@@ -79,7 +88,8 @@ def make_cluster_assigner(centroids_broadcast, nprobe: int, embedding_dim: int):
         for frame in frames:
             if frame.empty:
                 continue
-            probes = nearest_clusters(decode(frame["vector"].tolist(), embedding_dim), centroids_broadcast.value, nprobe)
+            probes = nearest_clusters(decode(frame["vector"].tolist(), embedding_dim), centroids_broadcast.value,
+                                      nprobe)
             for rank in range(probes.shape[1]):
                 yield pd.DataFrame({"user_id": frame["user_id"], "vector": frame["vector"],
                                     "cluster_id": probes[:, rank], "is_member": rank == 0})
@@ -87,7 +97,7 @@ def make_cluster_assigner(centroids_broadcast, nprobe: int, embedding_dim: int):
     return assign
 
 
-def make_cluster_searcher(k: int, embedding_dim: int):
+def make_cluster_searcher(k: int, embedding_dim: int) -> Callable[[pd.DataFrame], pd.DataFrame]:
     """One cluster's group -> per query (every row): top-k among the members, self excluded.
 
     Queries are processed in user-id order and ``home_cluster`` is the cluster id on the query's
@@ -102,14 +112,15 @@ def make_cluster_searcher(k: int, embedding_dim: int):
         members = frame[frame["is_member"].to_numpy()]
         found, sims = search(members["user_id"].to_numpy(), decode(members["vector"].tolist(), embedding_dim),
                              frame["user_id"].to_numpy(), decode(frame["vector"].tolist(), embedding_dim), k)
-        return pd.DataFrame({"user_id": frame["user_id"].to_numpy(),
-                             "home_cluster": np.where(frame["is_member"].to_numpy(), frame["cluster_id"].to_numpy(), -1),
+        home_cluster = np.where(frame["is_member"].to_numpy(), frame["cluster_id"].to_numpy(), -1)
+        return pd.DataFrame({"user_id": frame["user_id"].to_numpy(), "home_cluster": home_cluster,
                              "neighbor_ids": list(found), "similarities": list(sims)})
 
     return search_cluster
 
 
-def make_partition_topk(queries_broadcast, k: int, embedding_dim: int):
+def make_partition_topk(queries_broadcast: Broadcast[tuple[np.ndarray, np.ndarray]], k: int,
+                        embedding_dim: int) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     """Exact top-k of the broadcast ``(query_ids, query_vectors)`` among one partition's users."""
     def local_topk(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         from solaris.embedding_codec import decode
