@@ -1,7 +1,8 @@
 """Shared fixtures: one local SparkSession with Delta for the whole test session.
 
 Each test gets its own warehouse folder (config is just paths), so tests stay independent while
-paying the JVM start-up once.
+paying the JVM start-up once. ``world_template``: the shared synthetic world with trained models
+(``tests/world.py``), built once per session for every module that copies it.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from solaris.config import SolarisConfig, load_config
+from tests.world import TEST_OVERRIDES, build_world
 
-TEST_OVERRIDES = ["spark.master=local[2]", "spark.shuffle_partitions=2", "spark.driver_memory=2g"]
+__all__ = ["TEST_OVERRIDES", "table_checksum"]
 
 
 @pytest.fixture
@@ -33,6 +35,14 @@ def spark(tmp_path_factory):
     session = get_spark(config, "tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def world_template(spark, tmp_path_factory) -> Path:
+    """The shared world (:func:`tests.world.build_world`), built once per session: copy it, never change it."""
+    warehouse = tmp_path_factory.mktemp("world") / "template"
+    build_world(spark, warehouse)
+    return warehouse
 
 
 def table_checksum(spark, path: str) -> tuple[int, int]:

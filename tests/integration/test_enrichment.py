@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import numpy as np
 import pytest
 
-from solaris.config import load_config
 from solaris.embedding_codec import decode
 from solaris.jobs import publish, replay
-from solaris.jobs.ingest import ingest
-from solaris.models.checkpoint import save_checkpoint
-from solaris.models.training import EventArrays, train_fm, train_vm
 from solaris.serving.resolver import TIER_IMPUTED, TIER_PAIR, TIER_USER, Resolver
 from solaris.snapshots import QualityGateError
-from solaris.sources import resolve_source
-from tests.conftest import TEST_OVERRIDES
-from tests.integration.test_precompute import SMALL
+from tests.world import T0, copy_world
 
-T0 = datetime(2026, 1, 8, 0, 0, tzinfo=timezone.utc)
-ENRICH = ["enrichment.knn_k=5", "enrichment.min_neighbors=1", "enrichment.knn_recall_sample=50",
-          "precompute.verifier.budget=null", "precompute.candidates.lookback_hours=24"]
+ENRICH = ["precompute.candidates.lookback_hours=24"]  # on top of the shared world's settings
 
 
 def _table(spark, config, name):
@@ -30,14 +22,8 @@ def _table(spark, config, name):
 
 
 @pytest.fixture(scope="module")
-def replayed(spark, tmp_path_factory):
-    config = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={tmp_path_factory.mktemp('enrich')}", *SMALL, *ENRICH])
-    ingest(spark, config, resolve_source("synthetic"), None, "ingest-syn")
-    frame = _table(spark, config, "events").selectExpr("user_id", "item_id", "unix_seconds(ts) AS ts", "label").toPandas()
-    events = EventArrays.from_frame(frame)
-    train = events.select(events.ts <= int(T0.timestamp()))
-    save_checkpoint(train_fm(train, config, 1).model, config.warehouse / "models" / "fm", {})
-    save_checkpoint(train_vm(train, config, 1).model, config.warehouse / "models" / "vm_baseline", {})
+def replayed(spark, world_template, tmp_path_factory):
+    config = copy_world(world_template, tmp_path_factory.mktemp("enrich") / "warehouse", *ENRICH)
     summary = replay.run(spark, config, T0, T0 + timedelta(hours=2))
     return config, summary
 

@@ -19,26 +19,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solaris.config import load_config
 from solaris.jobs.evaluate import QUICK_OVERRIDES
 from solaris.jobs.evaluate import run as evaluate
 from solaris.jobs.ingest import ingest
 from solaris.sources import resolve_source
-from tests.conftest import TEST_OVERRIDES
+from tests.world import SMALL, set_args, small_config
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = [
-    "synthetic.n_events=30000", "synthetic.n_users=300", "synthetic.n_items=200", "synthetic.chunks=2",
-    "synthetic.days=3", "model.embedding_dim=16", "model.history_length=8", "model.fm.id_buckets=1024",
-    "model.fm.d_model=16", "model.fm.tower=[32]", "model.training.batch_size=512",
-    "precompute.candidates.lookback_hours=48", "precompute.candidates.per_user=20",
-    "precompute.verifier.threshold=0.3", "precompute.ttl_hours=3", "precompute.model_batch_size=256",
-]
+# On top of tests.world.SMALL: 3 dense days (the evaluation trains its own models on them).
+EVALUATE = ["synthetic.n_events=30000", "synthetic.n_users=300", "synthetic.n_items=200", "synthetic.days=3",
+            "precompute.model_batch_size=256"]
 T0 = datetime(2026, 1, 3, 12, tzinfo=timezone.utc)
 
 
 def _config(warehouse: Path, *extra: str):
-    return load_config(overrides=[*TEST_OVERRIDES, f"warehouse={warehouse}", *SMALL, *extra])
+    return small_config(warehouse, *EVALUATE, *extra)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +51,7 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
     warehouse = tmp_path / "warehouse"
     shutil.copytree(template, warehouse)
     command = [sys.executable, "-m", "solaris.cli", "evaluate", "--as-of", "2026-01-03T12:00:00Z", "--quick",
-               "--set", "evaluation.seeds=1", "--set", "evaluation.tail_hours=2", "--warehouse", str(warehouse), *(a for o in SMALL for a in ("--set", o)),
+               "--set", "evaluation.seeds=1", "--set", "evaluation.tail_hours=2", "--warehouse", str(warehouse), *set_args([*SMALL, *EVALUATE]),
                "--set", "spark.master=local[2]", "--set", "spark.shuffle_partitions=2"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200, env={**os.environ})
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]

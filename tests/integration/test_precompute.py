@@ -2,34 +2,24 @@
 
 from __future__ import annotations
 
-import math
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import numpy as np
 import pytest
 import torch
 
-from solaris.config import load_config
 from solaris.embedding_codec import decode
 from solaris.jobs import candidates as candidates_job
 from solaris.jobs import expire as expire_job
 from solaris.jobs import score as score_job
-from solaris.jobs.ingest import ingest
 from solaris.models.checkpoint import load_checkpoint, save_checkpoint
-from solaris.models.training import EventArrays, train_fm, train_vm
-from solaris.sources import resolve_source
+from solaris.models.training import EventArrays
 from solaris.timeutil import default_run_id
-from tests.conftest import TEST_OVERRIDES, table_checksum
+from tests.conftest import table_checksum
+from tests.world import T0, copy_world
 
-SMALL = [
-    "synthetic.n_events=8000", "synthetic.n_users=120", "synthetic.n_items=150", "synthetic.chunks=2",
-    "synthetic.days=10", "model.embedding_dim=16", "model.history_length=8", "model.fm.id_buckets=1024",
-    "model.fm.d_model=16", "model.fm.tower=[32]", "model.training.max_epochs=1", "model.training.batch_size=512",
-    "precompute.candidates.lookback_hours=48", "precompute.candidates.per_user=20",
-    "precompute.verifier.threshold=0.3", "precompute.verifier.budget=600", "precompute.ttl_hours=3", "precompute.model_batch_size=64",
-    "spark.arrow_max_records_per_batch=200",
-]
-T0 = datetime(2026, 1, 8, 0, 0, tzinfo=timezone.utc)
+# The shared world, with a global verifier budget small enough to filter.
+BUDGET = ["precompute.verifier.budget=600"]
 
 
 def _table(spark, config, name):
@@ -41,16 +31,9 @@ def _checksum(spark, config, name):
 
 
 @pytest.fixture(scope="module")
-def world(spark, tmp_path_factory):
-    """Events + trained FM and verifier checkpoints in a fresh warehouse."""
-    config = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={tmp_path_factory.mktemp('pre')}", *SMALL])
-    ingest(spark, config, resolve_source("synthetic"), None, "ingest-syn")
-    frame = _table(spark, config, "events").selectExpr("user_id", "item_id", "unix_seconds(ts) AS ts", "label").toPandas()
-    events = EventArrays.from_frame(frame)
-    train = events.select(events.ts <= int(T0.timestamp()))
-    save_checkpoint(train_fm(train, config, 1).model, config.warehouse / "models" / "fm", {"as_of": T0.isoformat()})
-    save_checkpoint(train_vm(train, config, 1).model, config.warehouse / "models" / "vm_baseline", {"as_of": T0.isoformat()})
-    return config
+def world(world_template, tmp_path_factory):
+    """A private copy of the shared world (events + FM and verifier trained up to T0)."""
+    return copy_world(world_template, tmp_path_factory.mktemp("pre") / "warehouse", *BUDGET)
 
 
 def _cycle(spark, config, as_of, **kwargs):
@@ -101,9 +84,19 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
 
     figures = hit_rate.run(spark, config, T0, run_id)
     assert figures.candidates.pairs == scored.candidates and figures.verified.pairs == scored.written
-    assert figures.candidates.hits >= figures.verified.hits >= 0
-    if figures.requests:
-        assert 0 <= figures.verified.hit_rate <= figures.candidates.hit_rate <= 1
+    # the same figures from the tables, in pandas: requests are the distinct pairs of (T0, T0 + 1h]
+    naive = T0.replace(tzinfo=None)
+    stamped = _table(spark, config, "events").select("user_id", "item_id", "ts").toPandas()
+    window = stamped[(stamped.ts > naive) & (stamped.ts <= naive + timedelta(hours=config.precompute.horizon_hours))]
+    requests = set(zip(window.user_id, window.item_id))
+    speculated = _table(spark, config, "candidates").where(f"run_id = '{run_id}'").toPandas()
+    speculated = set(zip(speculated.user_id, speculated.item_id))
+    verified = set(zip(pairs.user_id, pairs.item_id))  # every pair_embeddings row is this run's so far
+    assert figures.requests == len(requests) > 0
+    assert figures.candidates.hits == len(requests & speculated) > 0
+    assert figures.verified.hits == len(requests & verified)
+    assert figures.verified.hit_rate == figures.verified.hits / figures.requests
+    assert figures.candidates.precision == figures.candidates.hits / scored.candidates
 
     # rerun of the same run: identical table content
     before = {name: _checksum(spark, config, name) for name in ("candidates", "pair_embeddings")}
@@ -136,6 +129,38 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
     table = DeltaTable(config.table_path("pair_embeddings")).to_pyarrow_table()
     assert table.num_rows == len(remaining)
     assert np.isfinite(decode(table["embedding"], 16)).all()
+
+
+def test_spark_top_k_per_user_keeps_what_the_numpy_rule_keeps(spark, world_template, tmp_path):
+    """More candidates per user than the verifier keeps, so the job's per-user window really drops
+    pairs: the pairs it keeps must be those :func:`solaris.speculation.verify_mask` (the rule's numpy
+    twin) keeps from the same scored candidates."""
+    from solaris.speculation import verify_mask
+
+    run_id = default_run_id("precompute", T0)
+    per_user = "precompute.candidates.per_user=30"
+    # Every candidate scored and written (no threshold, no cut): the scores the rule is applied to.
+    everything = copy_world(world_template, tmp_path / "all", per_user, "precompute.verifier.threshold=null",
+                            "precompute.verifier.top_k_per_user=null")
+    ruled = copy_world(world_template, tmp_path / "ruled", per_user, "precompute.verifier.top_k_per_user=5")
+    rule = ruled.precompute.verifier
+    assert ruled.precompute.candidates.per_user > rule.top_k_per_user and rule.threshold == 0.3 and rule.budget is None
+    for config in (everything, ruled):
+        candidates_job.run(spark, config, T0, run_id)
+    unfiltered = score_job.run(spark, everything, T0, run_id)
+    result = score_job.run(spark, ruled, T0, run_id)
+
+    scored = _table(spark, everything, "pair_embeddings").select("user_id", "item_id", "verifier_score").toPandas()
+    assert unfiltered.quarantined == 0 and unfiltered.written == unfiltered.candidates == len(scored)
+    assert result.candidates == unfiltered.candidates  # the same candidates, scored the same way
+    keep, threshold = verify_mask(scored.user_id, scored.item_id, scored.verifier_score, rule)
+    kept = _table(spark, ruled, "pair_embeddings").toPandas()
+    assert set(zip(kept.user_id, kept.item_id)) == set(zip(scored.user_id[keep], scored.item_id[keep]))
+    assert result.effective_threshold == threshold and result.written == int(keep.sum()) == len(kept)
+    # the per-user cut did drop pairs: some user had more than k pairs above the threshold
+    passing = scored[scored.verifier_score >= threshold]
+    assert passing.groupby("user_id").size().max() > rule.top_k_per_user and len(kept) < len(passing)
+    assert kept.groupby("user_id").size().max() == rule.top_k_per_user
 
 
 def test_spark_sql_view_decodes_embeddings(spark, world):
@@ -175,4 +200,5 @@ def test_foreign_checkpoint_is_refused_before_any_write(spark, world, tmp_path):
     with pytest.raises(CheckpointError):
         score_job.run(spark, config, as_of, run_id, fm_path="models/vm_baseline")
     assert _checksum(spark, config, "pair_embeddings") == before
-    assert math.isfinite(before[0])
+    assert before[0] > 0  # there were rows to lose
+    assert _table(spark, config, "runs").where(f"run_id = '{run_id}'").count() == 0  # not even an audit row

@@ -8,23 +8,20 @@ from solaris.jobs import train_fm, train_vm
 from solaris.jobs.ingest import ingest
 from solaris.models.checkpoint import load_checkpoint
 from solaris.sources import resolve_source
+from tests.world import SMALL, set_args, small_config
 
-SMALL = [
-    "synthetic.n_events=6000", "synthetic.n_users=150", "synthetic.n_items=120", "synthetic.chunks=2",
-    "synthetic.days=20", "model.embedding_dim=16", "model.history_length=8", "model.fm.id_buckets=1024",
-    "model.fm.d_model=16", "model.fm.tower=[32]", "model.training.max_epochs=2", "model.training.batch_size=512",
-]
+# On top of tests.world.SMALL (whose precompute settings the training jobs do not read): 20 days of
+# events, two epochs.
+TRAIN = ["synthetic.n_events=6000", "synthetic.n_users=150", "synthetic.n_items=120", "synthetic.days=20",
+         "model.training.max_epochs=2"]
 AS_OF = "2026-01-15T00:00:00Z"
 
 
 @pytest.fixture(scope="module")
 def trained(spark, tmp_path_factory):
-    from solaris.config import load_config
-    from tests.conftest import TEST_OVERRIDES
-
-    config = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={tmp_path_factory.mktemp('train')}", *SMALL])
+    config = small_config(tmp_path_factory.mktemp("train"), *TRAIN)
     ingest(spark, config, resolve_source("synthetic"), None, "ingest-syn")
-    common = ["--warehouse", str(config.warehouse), "--master", "local[2]", *sum((["--set", o] for o in SMALL), [])]
+    common = ["--warehouse", str(config.warehouse), "--master", "local[2]", *set_args([*SMALL, *TRAIN])]
     assert train_fm.main(["--as-of", AS_OF, *common]) == 0
     return config, common
 

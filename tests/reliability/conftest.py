@@ -1,8 +1,8 @@
 """Shared world for the reliability tests: a small synthetic warehouse with trained FM + verifier.
 
-It is built once per session; every test works on its own copy (``fresh_world``), so a test that
-kills a job or poisons a table cannot affect another. Subprocess helpers run the real ``solaris``
-command, the same code spark-submit and Airflow run.
+The world (``world_template``, ``tests/world.py``) is built once per session; every test works on
+its own copy (``fresh_world``), so a test that kills a job or poisons a table cannot affect another.
+Subprocess helpers run the real ``solaris`` command, the same code spark-submit and Airflow run.
 """
 
 from __future__ import annotations
@@ -11,52 +11,18 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from solaris.config import load_config
 from solaris.pipeline import STAGE_NAMES
-from tests.conftest import TEST_OVERRIDES, table_checksum
+from tests.conftest import table_checksum
+from tests.world import SMALL, T0, TEST_OVERRIDES, WORLD, copy_world, set_args, world_config
 
-T0 = datetime(2026, 1, 8, 0, 0, tzinfo=timezone.utc)
-SMALL = [
-    "synthetic.n_events=8000", "synthetic.n_users=120", "synthetic.n_items=150", "synthetic.chunks=2",
-    "synthetic.days=10", "model.embedding_dim=16", "model.history_length=8", "model.fm.id_buckets=1024",
-    "model.fm.d_model=16", "model.fm.tower=[32]", "model.training.max_epochs=1", "model.training.batch_size=512",
-    "precompute.candidates.lookback_hours=48", "precompute.candidates.per_user=20",
-    "precompute.verifier.threshold=0.3", "precompute.verifier.budget=null", "precompute.ttl_hours=3",
-    "precompute.model_batch_size=64", "spark.arrow_max_records_per_batch=200",
-    "enrichment.knn_k=5", "enrichment.min_neighbors=1", "enrichment.knn_recall_sample=50",
-]
 # Every table a job of the hourly cycle writes (``runs`` is the audit log: checked separately).
 CYCLE_TABLES = ("candidates", "pair_embeddings", "pair_embeddings_log", "quarantine", "user_embeddings",
                 "user_neighbors", "imputed_embeddings")
-
-
-def world_config(warehouse: Path, *extra: str):
-    return load_config(overrides=[*TEST_OVERRIDES, f"warehouse={warehouse}", *SMALL, *extra])
-
-
-@pytest.fixture(scope="session")
-def world_template(spark, tmp_path_factory) -> Path:
-    """Events (synthetic) + FM + verifier trained on events up to T0, in a template warehouse."""
-    from solaris.jobs.ingest import ingest
-    from solaris.models.checkpoint import save_checkpoint
-    from solaris.models.training import EventArrays, train_fm, train_vm
-    from solaris.sources import resolve_source
-
-    warehouse = tmp_path_factory.mktemp("reliability") / "template"
-    config = world_config(warehouse)
-    ingest(spark, config, resolve_source("synthetic"), None, "ingest-syn")
-    frame = (spark.read.format("delta").load(config.table_path("events"))
-             .selectExpr("user_id", "item_id", "unix_seconds(ts) AS ts", "label").toPandas())
-    events = EventArrays.from_frame(frame)
-    train = events.select(events.ts <= int(T0.timestamp()))
-    save_checkpoint(train_fm(train, config, 1).model, warehouse / "models" / "fm", {"as_of": T0.isoformat()})
-    save_checkpoint(train_vm(train, config, 1).model, warehouse / "models" / "vm_baseline", {"as_of": T0.isoformat()})
-    return warehouse
 
 
 @pytest.fixture(scope="session")
@@ -87,11 +53,7 @@ def fresh_world(world_template, served_template, pending_template, tmp_path):
     sources = {"world": world_template, "served": served_template, "pending": pending_template}
 
     def copy(name: str = "warehouse", *extra: str, source: str = "world"):
-        target = tmp_path / name
-        shutil.copytree(sources[source], target)
-        for manifest in (target / "snapshots").glob("*.json"):  # manifests name absolute table paths
-            manifest.write_text(manifest.read_text().replace(str(sources[source]), str(target)))
-        return world_config(target, *extra)
+        return copy_world(sources[source], tmp_path / name, *extra)
 
     return copy
 
@@ -115,8 +77,8 @@ def run_cycle(spark, config, as_of, stages=None):
 
 def solaris_command(config, *args: str) -> list[str]:
     """argv of the real ``solaris`` CLI for this warehouse (one JVM per process, like spark-submit)."""
-    overrides = [item for pair in (("--set", o) for o in [*TEST_OVERRIDES, *SMALL]) for item in pair]
-    return [sys.executable, "-m", "solaris.cli", *args, "--warehouse", str(config.warehouse), *overrides]
+    return [sys.executable, "-m", "solaris.cli", *args, "--warehouse", str(config.warehouse),
+            *set_args([*TEST_OVERRIDES, *SMALL, *WORLD])]
 
 
 # A credential-shaped canary in every job's environment: no job log may ever contain it.

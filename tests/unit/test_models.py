@@ -2,26 +2,16 @@ import numpy as np
 import pytest
 import torch
 
-from solaris.features import training_features
 from solaris.models.common import pick_device, to_tensors
-from solaris.models.fm import FMSpec, FoundationModel
+from solaris.models.fm import FoundationModel
 from solaris.models.vm import VerticalModel, VMSpec, distillation_loss, verifier_scores
-
-SMALL_FM = FMSpec(embedding_dim=16, history_length=6, id_buckets=512, d_model=16, heads=2, tower=(32,), dropout=0.0)
-
-
-def _features(n=64, seed=0):
-    rng = np.random.default_rng(seed)
-    users, items = rng.integers(1, 20, n), rng.integers(1, 30, n)
-    ts = np.sort(rng.integers(0, 5000, n))
-    labels = rng.integers(0, 2, n).astype(np.float32)
-    return training_features(users, items, ts, labels, SMALL_FM.history_length), labels
+from tests.unit.small_models import SMALL_FM, small_features
 
 
 def test_fm_outputs_pair_embedding_logit_and_user_representation():
     torch.manual_seed(0)
     model = FoundationModel(SMALL_FM).eval()
-    features, _ = _features()
+    features, _ = small_features()
     batch = to_tensors(features)
     with torch.inference_mode():
         pair, logit = model(batch)
@@ -32,7 +22,7 @@ def test_fm_outputs_pair_embedding_logit_and_user_representation():
 
 
 def test_fm_is_deterministic_given_seed():
-    features, _ = _features()
+    features, _ = small_features()
     outputs = []
     for _ in range(2):
         torch.manual_seed(123)
@@ -45,7 +35,7 @@ def test_fm_is_deterministic_given_seed():
 def test_fm_pair_embedding_depends_on_item():
     torch.manual_seed(0)
     model = FoundationModel(SMALL_FM).eval()
-    features, _ = _features()
+    features, _ = small_features()
     batch = to_tensors(features)
     other = dict(batch, item_id=batch["item_id"] + 1000)
     with torch.inference_mode():
@@ -54,7 +44,7 @@ def test_fm_pair_embedding_depends_on_item():
 
 
 def test_vm_with_and_without_fm_slot():
-    features, _ = _features()
+    features, _ = small_features()
     batch = to_tensors(features)
     baseline = VerticalModel(VMSpec(id_buckets=64, id_dim=4, hidden=(8,)))
     assert baseline(batch).shape == (64,)
@@ -79,7 +69,7 @@ def test_kd_loss_reduces_to_bce_at_weight_zero_and_uses_teacher_otherwise():
 
 
 def test_verifier_scores_are_probabilities_and_refuse_fm_inputs():
-    features, _ = _features(n=100)
+    features, _ = small_features(n=100)
     model = VerticalModel(VMSpec(id_buckets=64, id_dim=4, hidden=(8,)))
     scores = verifier_scores(model, features, batch_size=32)
     assert scores.shape == (100,) and scores.dtype == np.float32

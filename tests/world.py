@@ -1,0 +1,80 @@
+"""Shared test settings and the one synthetic "world" the Spark tests run the pipeline on.
+
+* ``SMALL``: the small model and precompute settings every Spark test module starts from. A module
+  that needs other values passes them explicitly on top (later overrides win).
+* ``WORLD``: what the shared world adds to ``SMALL`` (data size, one training epoch, batch sizes,
+  enrichment knobs): the world is ingested and trained once per test session (the
+  ``world_template`` fixture in ``tests/conftest.py``) and copied by the tests that need one.
+* :func:`build_world`: synthetic events ingested, FM and verifier trained on the events up to
+  ``T0``, in a fresh warehouse.
+
+A helper module, not a test module: test modules import from here (or from a conftest), never
+from one another.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+from solaris.config import SolarisConfig, load_config
+
+TEST_OVERRIDES = ["spark.master=local[2]", "spark.shuffle_partitions=2", "spark.driver_memory=2g"]
+
+SMALL = [
+    "synthetic.chunks=2", "model.embedding_dim=16", "model.history_length=8", "model.fm.id_buckets=1024",
+    "model.fm.d_model=16", "model.fm.tower=[32]", "model.training.batch_size=512",
+    "precompute.candidates.lookback_hours=48", "precompute.candidates.per_user=20",
+    "precompute.verifier.threshold=0.3", "precompute.ttl_hours=3",
+]
+WORLD = [
+    "synthetic.n_events=8000", "synthetic.n_users=120", "synthetic.n_items=150", "synthetic.days=10",
+    "model.training.max_epochs=1", "precompute.verifier.budget=null", "precompute.model_batch_size=64",
+    "spark.arrow_max_records_per_batch=200",
+    "enrichment.knn_k=5", "enrichment.min_neighbors=1", "enrichment.knn_recall_sample=50",
+]
+# The world's models are trained on the events up to T0; its first hourly cycle runs at T0.
+T0 = datetime(2026, 1, 8, 0, 0, tzinfo=timezone.utc)
+
+
+def small_config(warehouse: Path | str, *extra: str) -> SolarisConfig:
+    """Test config on ``warehouse``: the test Spark settings, ``SMALL``, then ``extra``."""
+    return load_config(overrides=[*TEST_OVERRIDES, f"warehouse={warehouse}", *SMALL, *extra])
+
+
+def world_config(warehouse: Path | str, *extra: str) -> SolarisConfig:
+    """Config of a copy of the shared world: ``SMALL + WORLD``, then ``extra``."""
+    return small_config(warehouse, *WORLD, *extra)
+
+
+def set_args(overrides) -> list[str]:
+    """``--set key=value`` arguments of the ``solaris`` CLI for a list of overrides."""
+    return [arg for override in overrides for arg in ("--set", override)]
+
+
+def build_world(spark, warehouse: Path) -> SolarisConfig:
+    """Synthetic events + FM and verifier checkpoints trained on the events up to ``T0``."""
+    from solaris.jobs.ingest import ingest
+    from solaris.models.checkpoint import save_checkpoint
+    from solaris.models.training import EventArrays, train_fm, train_vm
+    from solaris.sources import resolve_source
+
+    config = world_config(warehouse)
+    ingest(spark, config, resolve_source("synthetic"), None, "ingest-syn")
+    frame = (spark.read.format("delta").load(config.table_path("events"))
+             .selectExpr("user_id", "item_id", "unix_seconds(ts) AS ts", "label").toPandas())
+    events = EventArrays.from_frame(frame)
+    train = events.select(events.ts <= int(T0.timestamp()))
+    meta = {"as_of": T0.isoformat()}
+    save_checkpoint(train_fm(train, config, 1).model, config.warehouse / "models" / "fm", meta)
+    save_checkpoint(train_vm(train, config, 1).model, config.warehouse / "models" / "vm_baseline", meta)
+    return config
+
+
+def copy_world(source: Path, target: Path, *extra: str) -> SolarisConfig:
+    """A private copy of a world warehouse (snapshot manifests re-pointed at the copy) and its config."""
+    shutil.copytree(source, target)
+    for manifest in (target / "snapshots").glob("*.json"):  # manifests name absolute table paths
+        manifest.write_text(manifest.read_text().replace(str(source), str(target)))
+    return world_config(target, *extra)
