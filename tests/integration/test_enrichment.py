@@ -89,9 +89,22 @@ def test_publish_gate_refuses_nan_embeddings_and_keeps_latest(spark, replayed):
     snapshots = config.warehouse / "snapshots"
     before = (snapshots / "LATEST").read_text()
     path = config.table_path("user_embeddings")
-    bad = spark.read.format("delta").load(path).limit(1).selectExpr(
-        "user_id + 999999 AS user_id", "unhex(repeat('0000C07F', 16)) AS embedding", "n_pairs", "window_start",
-        "window_end", "computed_at", "TIMESTAMP '2030-01-01 00:00:00' AS expires_at", "fm_version", "'poison' AS run_id")
+    bad = (
+        spark.read.format("delta")
+        .load(path)
+        .limit(1)
+        .selectExpr(
+            "user_id + 999999 AS user_id",
+            "unhex(repeat('0000C07F', 16)) AS embedding",
+            "n_pairs",
+            "window_start",
+            "window_end",
+            "computed_at",
+            "TIMESTAMP '2030-01-01 00:00:00' AS expires_at",
+            "fm_version",
+            "'poison' AS run_id",
+        )
+    )
     poison_user = int(bad.first()["user_id"])
     bad.write.format("delta").mode("append").save(path)
     with pytest.raises(QualityGateError, match="non-finite"):

@@ -50,9 +50,26 @@ def _variants(metrics_path: Path) -> dict:
 def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, tmp_path):
     warehouse = tmp_path / "warehouse"
     shutil.copytree(template, warehouse)
-    command = [sys.executable, "-m", "solaris.cli", "evaluate", "--as-of", "2026-01-03T12:00:00Z", "--quick",
-               "--set", "evaluation.seeds=1", "--set", "evaluation.tail_hours=2", "--warehouse", str(warehouse), *set_args([*SMALL, *EVALUATE]),
-               "--set", "spark.master=local[2]", "--set", "spark.shuffle_partitions=2"]
+    command = [
+        sys.executable,
+        "-m",
+        "solaris.cli",
+        "evaluate",
+        "--as-of",
+        "2026-01-03T12:00:00Z",
+        "--quick",
+        "--set",
+        "evaluation.seeds=1",
+        "--set",
+        "evaluation.tail_hours=2",
+        "--warehouse",
+        str(warehouse),
+        *set_args([*SMALL, *EVALUATE]),
+        "--set",
+        "spark.master=local[2]",
+        "--set",
+        "spark.shuffle_partitions=2",
+    ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200, env={**os.environ})
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     out = warehouse / "evaluation" / "t0-20260103T120000Z"

@@ -10,8 +10,8 @@ import pytest
 from solaris.events import stable_id
 from solaris.jobs.ingest import ingest
 from solaris.runtime import JobInputError
-from tests.conftest import table_checksum
 from solaris.sources import ColumnMap, SourceError, resolve_source
+from tests.conftest import table_checksum
 
 
 def _table(spark, config, name):

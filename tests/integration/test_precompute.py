@@ -167,10 +167,17 @@ def test_spark_sql_view_decodes_embeddings(spark, world):
     from solaris.tables import register_decoded_view
 
     config = world
-    rows = register_decoded_view(spark, config.table_path("pair_embeddings")).select("embedding", "embedding_array").limit(50).collect()
+    rows = (
+        register_decoded_view(spark, config.table_path("pair_embeddings"))
+        .select("embedding", "embedding_array")
+        .limit(50)
+        .collect()
+    )
     assert rows
     for row in rows:
-        np.testing.assert_array_equal(np.array(row["embedding_array"], dtype=np.float32), decode([row["embedding"]], 16)[0])
+        np.testing.assert_array_equal(
+            np.array(row["embedding_array"], dtype=np.float32), decode([row["embedding"]], 16)[0]
+        )
 
 
 def test_nan_embeddings_are_quarantined_never_written(spark, world, tmp_path):

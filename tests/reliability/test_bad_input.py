@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -59,7 +58,9 @@ def test_bad_rows_are_quarantined_next_to_good_rows(spark, fresh_world, tmp_path
 def test_schema_drift_and_empty_inputs(spark, fresh_world, tmp_path, case):
     config = fresh_world()
     before = _versions(spark, config)
-    good = pd.DataFrame({"user_id": [7, 8], "item_id": [3, 4], "timestamp": [1767225600, 1767225700], "rating": [4.0, 2.0]})
+    good = pd.DataFrame(
+        {"user_id": [7, 8], "item_id": [3, 4], "timestamp": [1767225600, 1767225700], "rating": [4.0, 2.0]}
+    )
     path = tmp_path / "input.parquet"
     if case == "missing column":
         good.drop(columns=["timestamp"]).to_parquet(path)

@@ -39,7 +39,9 @@ def _kill_when(process: subprocess.Popen, ready, timeout: float = 300) -> float:
     """SIGKILL the whole process group as soon as ``ready()`` holds; returns when it was killed."""
     deadline = time.monotonic() + timeout
     while not ready():
-        assert process.poll() is None, f"job ended (rc {process.returncode}) before the kill point:\n{process.stdout.read()}"
+        assert process.poll() is None, (
+            f"job ended (rc {process.returncode}) before the kill point:\n{process.stdout.read()}"
+        )
         assert time.monotonic() < deadline, "kill point never reached"
         time.sleep(0.01)
     os.killpg(process.pid, signal.SIGKILL)
@@ -51,7 +53,9 @@ def _kill_when(process: subprocess.Popen, ready, timeout: float = 300) -> float:
 def _resolve(manifest_path, as_of):
     tables = load_snapshot(manifest_path)
     users = np.arange(1, 121, dtype=np.int64)
-    return tables.resolve(users, np.full(len(users), 7, dtype=np.int64), np.full(len(users), (as_of + hours(0.5)).timestamp()))
+    return tables.resolve(
+        users, np.full(len(users), 7, dtype=np.int64), np.full(len(users), (as_of + hours(0.5)).timestamp())
+    )
 
 
 def test_sigkill_during_the_pair_embeddings_write_then_rerun(spark, fresh_world):

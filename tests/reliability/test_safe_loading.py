@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tracked(*patterns: str) -> list[Path]:
-    names = subprocess.run(["git", "ls-files", *patterns], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    names = subprocess.run(
+        ["git", "ls-files", *patterns], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     return [ROOT / name for name in names if (ROOT / name).is_file()]
 
 
@@ -63,8 +65,21 @@ def test_table_names_and_rollback_ids_cannot_escape(fresh_world, tmp_path):
     config = fresh_world()
     outside = tmp_path / "evil.json"
     outside.write_text("{}")
-    done = subprocess.run([sys.executable, "-m", "solaris.cli", "rollback", "--warehouse", str(config.warehouse),
-                           "--to", "../../" + str(outside.with_suffix(""))], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "solaris.cli",
+            "rollback",
+            "--warehouse",
+            str(config.warehouse),
+            "--to",
+            "../../" + str(outside.with_suffix("")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "no manifest" in done.stderr
 
 

@@ -83,14 +83,16 @@ def test_random_schedules_never_serve_expired_and_never_delete_live(spark, make_
             tier = load_tier(path, None, DIM, keyed_by_pair=True)
             users = np.array([u for u in range(1, USERS + 1) for _ in range(ITEMS)], dtype=np.int64)
             items = np.array([i for _ in range(USERS) for i in range(1, ITEMS + 1)], dtype=np.int64)
-            from solaris.serving.resolver import TierTables, Tier
+            from solaris.serving.resolver import Tier, TierTables
 
             tables = TierTables(DIM, tier, Tier.empty(DIM, False), Tier.empty(DIM, False))
             vectors, tiers, _ = tables.resolve(users, items, now.timestamp())
             for u, i, vector, code in zip(users, items, vectors, tiers):
                 expected = model.get((int(u), int(i)))
                 if expected is not None and expected[1] > now:
-                    assert code == TIER_PAIR and vector[0] == expected[2], f"step {step}: ({u},{i}) not the newest value"
+                    assert code == TIER_PAIR and vector[0] == expected[2], (
+                        f"step {step}: ({u},{i}) not the newest value"
+                    )
                 else:
                     assert code == 0 and not vector.any(), f"step {step}: ({u},{i}) served although expired/absent"
             live = spark.read.format("delta").load(path).where(f"expires_at > TIMESTAMP '{now:%Y-%m-%d %H:%M:%S}'")

@@ -54,7 +54,7 @@ def test_many_users_per_call_each_get_their_own_mean_and_latest_row():
     # user 9 has a zero mean -> no row under l2; user 8's NaN row is left out of the mean ...
     np.testing.assert_array_equal(result.user_ids, [3, 5, 8])
     np.testing.assert_array_equal(result.n_pairs, [2, 1, 2])
-    np.testing.assert_allclose(result.embeddings, [[2 / 5 ** 0.5, 1 / 5 ** 0.5], [0.5 ** 0.5] * 2, [0.6, 0.8]], rtol=1e-6)
+    np.testing.assert_allclose(result.embeddings, [[2 / 5**0.5, 1 / 5**0.5], [0.5**0.5] * 2, [0.6, 0.8]], rtol=1e-6)
     # ... but is still user 8's latest pair (its fm_version labels the aggregate); ties go to the later row
     np.testing.assert_array_equal(result.latest_row, [1, 2, 3])
     tie = aggregate_users(np.array([4, 4]), np.ones((2, 1)), np.array([AS_OF, AS_OF]), AS_OF)
@@ -97,7 +97,9 @@ def test_vectorised_aggregates_match_the_per_user_definition(mode, l2):
 
 
 def _impute_one(sims, vectors, **kwargs):
-    result = impute_users(np.zeros(len(sims), np.int64), np.asarray(sims), np.asarray(vectors, dtype=np.float64), **kwargs)
+    result = impute_users(
+        np.zeros(len(sims), np.int64), np.asarray(sims), np.asarray(vectors, dtype=np.float64), **kwargs
+    )
     return None if not len(result.user_ids) else (result.embeddings[0], int(result.n_neighbors[0]),
                                                   float(result.mean_similarity[0]))
 

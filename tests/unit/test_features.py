@@ -112,4 +112,6 @@ def test_features_from_histories_match_the_history_index():
         np.testing.assert_allclose(getattr(got, name), getattr(expected, name), rtol=1e-6)
     # same-timestamp ties may order differently; the multiset of items per user must agree
     for row in range(20):
-        assert sorted(got.hist_items[row][got.hist_mask[row]]) == sorted(expected.hist_items[row][expected.hist_mask[row]])
+        assert sorted(got.hist_items[row][got.hist_mask[row]]) == sorted(
+            expected.hist_items[row][expected.hist_mask[row]]
+        )

@@ -29,8 +29,16 @@ def test_asset_triggered_runs_take_the_as_of_from_the_latest_event_extra():
     assert _render(ASSET_AS_OF_TEMPLATE, triggering_asset_events={}) == "2026-03-01T07:00:00Z"
 
 
-@pytest.mark.parametrize("value,ok", [("2000-12-01T00:00:00Z", True), ("2000-12-01 00:00", True),
-                                       ("2000-12-01T00:00:00+02:00", True), ("yesterday", False), ("2000-12-01", False)])
+@pytest.mark.parametrize(
+    "value,ok",
+    [
+        ("2000-12-01T00:00:00Z", True),
+        ("2000-12-01 00:00", True),
+        ("2000-12-01T00:00:00+02:00", True),
+        ("yesterday", False),
+        ("2000-12-01", False),
+    ],
+)
 def test_as_of_pattern(value, ok):
     import re
 
@@ -46,9 +54,9 @@ def test_spark_submit_kwargs_point_at_job_files_and_jars():
 
 
 def test_job_entry_files_come_from_the_installed_jobs_package():
-    import solaris.jobs
     from pathlib import Path
 
+    import solaris.jobs
     from solaris.orchestration import job_application
 
     assert Path(job_application("candidates")) == Path(solaris.jobs.__file__).parent / "candidates.py"
