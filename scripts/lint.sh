@@ -11,8 +11,9 @@ MYPY=${MYPY:-$ROOT/.venv/bin/mypy}
 "$RUFF" check .
 
 # mypy cannot follow the editable install's import hook (solaris.jobs -> jobs/, solaris.udfs -> udfs/),
-# so it checks the package through a tree of symlinks with the installed layout: build/typecheck/solaris.
-tree=build/typecheck
+# so it checks the package through a tree of symlinks with the installed layout: .venv/typecheck/solaris
+# (inside this clone's own .venv, so the checkout gets no build/ folder: the wheel test checks that).
+tree=.venv/typecheck
 rm -rf "$tree/solaris"
 mkdir -p "$tree/solaris"
 for entry in solaris/*; do
