@@ -36,7 +36,8 @@ SETTINGS=(
   --set model.training.max_epochs=1 --set precompute.candidates.lookback_hours=24
   --set precompute.candidates.per_user=20 --set spark.shuffle_partitions=4
 )
-STAGES=(candidates score expire user_aggregates knn impute publish)
+# the hourly stages, in order, from the one pipeline definition (solaris.pipeline)
+read -r -a STAGES <<< "$("$DRIVER_PY" -c 'from solaris.pipeline import STAGE_NAMES; print(" ".join(STAGE_NAMES))')"
 
 rm -rf "$WORK" && mkdir -p "$WORK/logs"
 pids=()
