@@ -52,11 +52,6 @@ class Stage:
     upstream: tuple[str, ...]  # stages of the same half that must finish first
     doc: str  # one line for the task's doc_md
 
-    @property
-    def command(self) -> str:
-        """The ``solaris`` sub-command (and spark-submit entry ``jobs/<name>.py``)."""
-        return self.name.replace("_", "-")
-
     def module(self) -> Any:
         return importlib.import_module(f"solaris.jobs.{self.name}")
 
@@ -96,13 +91,6 @@ CYCLE: tuple[Stage, ...] = PRECOMPUTE + ENRICHMENT
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in CYCLE)
 # The replay measurement whose success row in `runs` marks a replayed tick as done.
 LAST_MEASURE = "coverage"
-
-
-def stage(name: str) -> Stage:
-    for candidate in CYCLE:
-        if candidate.name == name:
-            return candidate
-    raise KeyError(f"no stage {name!r}; stages: {', '.join(STAGE_NAMES)}")
 
 
 def run_ids(as_of: datetime) -> dict[str, str]:
