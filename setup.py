@@ -4,7 +4,7 @@
 find) but are shipped *inside* the namespace as ``solaris.jobs`` and ``solaris.udfs`` so that
 site-packages never gets generic top-level ``jobs``/``udfs`` packages. Likewise the default config
 ``conf/solaris.yaml`` and the SQL files ``sql/*.sql`` ship as package data of ``solaris.conf`` and
-``solaris.queries`` (``solaris.sql`` is the module that renders them) and are read with
+``solaris.queries`` (``solaris.storage.sql`` is the module that renders them) and are read with
 ``importlib.resources``, so a wheel installed in a cluster image needs no checkout.
 """
 
@@ -36,8 +36,13 @@ setup(
     python_requires=">=3.11",
     packages=[
         "solaris",
-        "solaris.models",
+        "solaris.ingest",
+        "solaris.precompute",
+        "solaris.enrichment",
         "solaris.serving",
+        "solaris.evaluation",
+        "solaris.models",
+        "solaris.storage",
         "solaris.jobs",
         "solaris.udfs",
         "solaris.conf",

@@ -42,11 +42,11 @@ def fm_seconds_per_pair(spark, config, as_of, threads: int) -> tuple[float, int]
     import numpy as np
     import torch
 
-    from solaris.features import HistoryIndex
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
     from solaris.models.common import to_tensors
+    from solaris.models.features import HistoryIndex
     from solaris.pipeline import run_ids
-    from solaris.tables import events_until
+    from solaris.storage.tables import events_until
 
     torch.set_num_threads(threads)
     events = events_until(spark, config, as_of)

@@ -2,11 +2,11 @@
 
 For each dataset (one run of this script does both):
 
-* **Index** (as ``jobs/knn`` builds it, with the same functions from ``solaris.knn``): spherical
+* **Index** (as ``jobs/knn`` builds it, with the same functions from ``solaris.enrichment.knn``): spherical
   k-means centroids trained on a seeded sample of at most ``--train-sample`` users
   (``enrichment.knn_sample``), ``nlist = default_clusters(n)`` unless ``--clusters``; ``nprobe`` =
   the smallest whose recall@k estimated on that sample reaches ``--target-recall``
-  (``solaris.knn.choose_nprobe``; as in the stage, on ``--train-sample / 2`` other users when the
+  (``solaris.enrichment.knn.choose_nprobe``; as in the stage, on ``--train-sample / 2`` other users when the
   sample is not everyone); every user stored in its nearest centroid's list
   (``faiss.IndexIVFFlat`` with those centroids: the same candidate set per query as the stage's
   per-cluster exact search, so the same answer up to ties).
@@ -22,7 +22,7 @@ For each dataset (one run of this script does both):
   share`` adds the build time prorated to the queries (build * queries / n), because in the stage
   every user is a query and the build is paid once for all n of them. The speed-up printed is
   exact / approx; the one including the build share is printed next to it.
-* **Stage method** (unless ``--no-stage-method``): ``solaris.knn.ivf_search``, the KNN stage's
+* **Stage method** (unless ``--no-stage-method``): ``solaris.enrichment.knn.ivf_search``, the KNN stage's
   algorithm in one process (every one of the n users searched in its nprobe clusters, one exact
   batch per cluster, merged), timed once for all n users with ONE FAISS thread (as a Spark task
   runs it); its *share* for the query sample is that time * queries / n, compared with the same
@@ -57,7 +57,7 @@ import numpy as np
 
 def synthetic_users(n: int, dim: int, components: int, seed: int, rank: int = 8) -> np.ndarray:
     """Seeded clustered Gaussian mixture on the unit sphere (see the module docstring)."""
-    from solaris.knn import normalize
+    from solaris.enrichment.knn import normalize
 
     rng = np.random.default_rng(seed)
     centres = normalize(rng.standard_normal((components, dim)))
@@ -93,9 +93,9 @@ def ml1m_users(warehouse: str, as_of_text: str, cache_dir: Path) -> tuple[np.nda
         saved = np.load(cache)
         return saved["ids"], saved["vectors"], f"{meta['version']} (cached {cache})"
 
-    from solaris.embedding_codec import decode
+    from solaris.precompute.spark_features import user_histories, visible_events
     from solaris.spark import get_spark
-    from solaris.spark_features import user_histories, visible_events
+    from solaris.storage.embedding_codec import decode
     from solaris.udfs.knn import REPRESENTATION_SCHEMA, make_user_representer
 
     spark = get_spark(config, "bench-knn")
@@ -131,8 +131,7 @@ def drop_self(found: np.ndarray, query_ids: np.ndarray, k: int) -> np.ndarray:
 def bench(name: str, vectors: np.ndarray, args) -> dict:
     import faiss
 
-    from solaris import knn
-
+    from solaris.enrichment import knn
     vectors = knn.normalize(vectors)
     n, dim = vectors.shape
     k, rng = args.k, np.random.default_rng(args.seed)
@@ -192,7 +191,7 @@ def report(row: dict, k: int, extra: str = "") -> None:
     print(f"   speed-up exact/approx: {row['speedup']:.1f}x  (with the build prorated to the queries: "
           f"{row['speedup_with_build']:.1f}x)")
     if "stage_total_s" in row:
-        print(f"   stage method (solaris.knn.ivf_search: all {row['n']:,} users, batched per cluster, 1 process): "
+        print(f"   stage method (knn.ivf_search: all {row['n']:,} users, batched per cluster, 1 process): "
               f"{row['stage_total_s']:.2f} s, share of the {row['queries']:,} queries {row['stage_share_s']:.4f} s, "
               f"recall@{k} {row['stage_recall']:.4f}, "
               f"speed-up exact/share {row['exact_s'] / row['stage_share_s']:.1f}x")
@@ -213,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--target-recall", type=float, default=0.95)
     parser.add_argument("--train-sample", type=int, default=100_000, help="k-means sample (enrichment.knn_sample)")
-    parser.add_argument("--clusters", type=int, default=None, help="nlist (default: solaris.knn.default_clusters)")
+    parser.add_argument("--clusters", type=int, default=None, help="nlist (default: knn.default_clusters)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)

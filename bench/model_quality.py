@@ -18,9 +18,9 @@ from datetime import timedelta
 
 import numpy as np
 
-from solaris import metrics
 from solaris.config import load_config
-from solaris.features import training_features
+from solaris.models import metrics
+from solaris.models.features import training_features
 from solaris.models.training import EventArrays, distillation_teacher_logits, predict, train_fm, train_vm
 from solaris.runtime import as_of_arg, setup_logging
 

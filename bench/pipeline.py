@@ -88,9 +88,9 @@ def build_models(root: Path, config) -> tuple[Path, Path]:
 
 def run_scale(spark_holder: dict, n_events: int, args, model_roots: tuple[Path, Path]) -> dict:
     from solaris.config import load_config
+    from solaris.ingest.sources import resolve_source
     from solaris.jobs.ingest import ingest
     from solaris.pipeline import run_cycle
-    from solaris.sources import resolve_source
     from solaris.spark import get_spark
 
     warehouse = Path(args.work_dir) / f"events-{n_events}"

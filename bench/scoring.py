@@ -56,9 +56,9 @@ def main() -> None:
     import torch
 
     from solaris.config import load_config
-    from solaris.features import features_from_histories
     from solaris.models.checkpoint import load_checkpoint, save_checkpoint
     from solaris.models.common import seed_everything, to_tensors
+    from solaris.models.features import features_from_histories
     from solaris.models.fm import FoundationModel
     from solaris.models.training import fm_spec, vm_spec
     from solaris.models.vm import VerticalModel

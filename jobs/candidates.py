@@ -45,9 +45,9 @@ def build_candidates(spark: SparkSession, config: SolarisConfig, as_of: datetime
     """DataFrame of this run's candidates (contract columns), computed from events <= as_of."""
     from pyspark.sql import functions as F
 
-    from solaris.spark_features import visible_events
-    from solaris.speculation import candidate_params
-    from solaris.sql import render, statements
+    from solaris.precompute.spark_features import visible_events
+    from solaris.precompute.speculation import candidate_params
+    from solaris.storage.sql import render, statements
 
     visible_events(spark, config, as_of).createOrReplaceTempView("events")
     *views, final = statements(render("candidates", **candidate_params(config.precompute.candidates, as_of)))
@@ -65,7 +65,7 @@ def build_candidates(spark: SparkSession, config: SolarisConfig, as_of: datetime
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> CandidatesResult:
     from pyspark.sql import functions as F
 
-    from solaris.tables import RunRecord, replace_where, table_version
+    from solaris.storage.tables import RunRecord, replace_where, table_version
 
     record = RunRecord(run_id=run_id, job="candidates", as_of=as_of)
     frame = build_candidates(spark, config, as_of, run_id)

@@ -44,8 +44,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
 
     from solaris.config import SolarisConfig
-    from solaris.evaluation import EvaluationWindow
-    from solaris.features import Features
+    from solaris.evaluation.protocol import EvaluationWindow
+    from solaris.models.features import Features
     from solaris.models.training import EventArrays
     from solaris.models.vm import VerticalModel
 
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _arrays(spark: SparkSession, config: SolarisConfig, end: datetime) -> EventArrays:
     from solaris.models.training import EventArrays
-    from solaris.tables import training_events
+    from solaris.storage.tables import training_events
 
     return EventArrays.from_frame(training_events(spark, config, end))
 
@@ -89,7 +89,7 @@ def _seed_config(config: SolarisConfig, seed_dir: Path, seed: int, n_ticks: int)
 
 
 def _copy_events(spark: SparkSession, config: SolarisConfig, seed_config: SolarisConfig) -> None:
-    from solaris.tables import table_exists
+    from solaris.storage.tables import table_exists
 
     target = seed_config.table_path("events")
     if not table_exists(spark, target):
@@ -123,12 +123,12 @@ def evaluate_seed(
 ) -> dict:
     import numpy as np
 
-    from solaris import evaluation
+    from solaris.evaluation import protocol as evaluation
     from solaris.jobs import replay
     from solaris.models.training import out_of_fold_teacher_logits, predict, train_fm, train_vm, training_metadata
     from solaris.runtime import JobInputError
     from solaris.serving.resolver import load_snapshot
-    from solaris.snapshots import SNAPSHOTS_DIR
+    from solaris.serving.snapshots import SNAPSHOTS_DIR
 
     ticks = window.ticks()
     cfg = _seed_config(config, seed_dir, seed, len(ticks))
@@ -275,8 +275,7 @@ def _replay_figures(
     """Hit rates per tick and FM passes spent in the scored window, from the seed's ``runs`` table."""
     from pyspark.sql import functions as F
 
-    from solaris import evaluation
-
+    from solaris.evaluation import protocol as evaluation
     runs: pd.DataFrame = (
         spark.read.format("delta")
         .load(cfg.table_path("runs"))
@@ -308,9 +307,9 @@ def _replay_figures(
 
 
 def run(spark: SparkSession, config: SolarisConfig, t0: datetime, name: str | None = None, force: bool = False) -> dict:
-    from solaris import evaluation
-    from solaris.evaluation_report import write_report
-    from solaris.features import training_features
+    from solaris.evaluation import protocol as evaluation
+    from solaris.evaluation.report import write_report
+    from solaris.models.features import training_features
 
     settings = config.evaluation
     window = evaluation.EvaluationWindow(t0, settings.tail_hours, settings.eval_hours, settings.step_hours)
@@ -387,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
         spark = get_spark(config, "evaluate")
         summary = run(spark, config, args.as_of, args.name, args.force)
-        from solaris.evaluation import TRANSFER_VARIANTS
+        from solaris.evaluation.protocol import TRANSFER_VARIANTS
 
         for name, row in summary["variants"].items():
             ne, tr, pooled = row["ne"], row["transfer_ratio"], row["transfer_ratio_pooled"]

@@ -52,8 +52,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         vacuum: bool = True) -> ExpireResult:
     from delta.tables import DeltaTable
 
-    from solaris.sql import literal
-    from solaris.tables import RunRecord, table_exists, table_version, with_commit_retry
+    from solaris.storage.sql import literal
+    from solaris.storage.tables import RunRecord, table_exists, table_version, with_commit_retry
 
     record = RunRecord(run_id=run_id, job="expire", as_of=as_of)
     path = config.table_path("pair_embeddings")

@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> HitRateResult:
     from pyspark.sql import functions as F
 
-    from solaris.tables import RunRecord
+    from solaris.storage.tables import RunRecord
 
     horizon_end = as_of + timedelta(hours=config.precompute.horizon_hours)
     keys = ["user_id", "item_id"]
@@ -131,7 +131,7 @@ def coverage(
     """Resolve the next hour's requests through the snapshot just published; share per tier."""
     from solaris.serving.resolver import coverage as tier_shares
     from solaris.serving.resolver import load_snapshot
-    from solaris.tables import RunRecord, events_until
+    from solaris.storage.tables import RunRecord, events_until
 
     requests = events_until(spark, config, as_of + timedelta(hours=1), since=as_of)
     tables = load_snapshot(manifest_path)

@@ -3,7 +3,7 @@
 At ``--as-of t``: for every user in ``user_neighbors`` with no ``user_embeddings`` row servable at
 ``t`` (``expires_at > t``), the similarity-weighted mean of the aggregates of those neighbours
 that have one (at least ``enrichment.min_neighbors``, similarity >= ``min_similarity``;
-:func:`solaris.enrichment.impute_users`, one ``mapInArrow`` call per batch of whole users,
+:func:`solaris.enrichment.aggregates.impute_users`, one ``mapInArrow`` call per batch of whole users,
 repartitioned by user and sorted by neighbour rank). Written to ``imputed_embeddings`` with
 provenance (``n_neighbors``, ``mean_similarity``) and ``expires_at = t + enrichment.ttl_hours``;
 the label ``fm_version`` is that of the first listed neighbour with an aggregate.
@@ -73,8 +73,8 @@ def make_imputer(dim: int, min_neighbors: int,
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from solaris.embedding_codec import decode, encode_arrow
-        from solaris.enrichment import complete_groups, group_starts, impute_users
+        from solaris.enrichment.aggregates import complete_groups, group_starts, impute_users
+        from solaris.storage.embedding_codec import decode, encode_arrow
 
         for table in complete_groups(batches, "user_id"):
             users = table.column("user_id").to_numpy()
@@ -104,7 +104,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     from pyspark.sql import functions as F
 
     from solaris.runtime import JobInputError
-    from solaris.tables import RunRecord, merge_if_new_run, table_exists, table_version
+    from solaris.storage.tables import RunRecord, merge_if_new_run, table_exists, table_version
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="impute", as_of=as_of)

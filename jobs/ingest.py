@@ -2,7 +2,7 @@
 
 Reads MovieLens (``ratings.dat``, ``u.data``), RecBole atomic ``*.inter`` files (the packaged
 ``ml-1m`` / ``ml-100k``), generic CSV/Parquet, or the seeded synthetic generator; validates every row
-(rules in :mod:`solaris.events`); writes valid rows to ``events`` (MERGE on ``event_id``), string ids
+(rules in :mod:`solaris.ingest.events`); writes valid rows to ``events`` (MERGE on ``event_id``), string ids
 to ``id_map``, and every rejected row to ``quarantine`` with its reason. Nothing is written when the
 input has no valid row. Rerunning with the same ``--run-id`` leaves the tables unchanged.
 
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Iterator
 
-from solaris import events as rules
 from solaris.config import SolarisConfig
+from solaris.ingest import events as rules
+from solaris.ingest.sources import LAYOUTS, ColumnMap, SourceError, SourceSpec, resolve_source
 from solaris.runtime import JobInputError, add_common_args, as_of_arg, config_from_args, run_job, setup_logging
-from solaris.sources import LAYOUTS, ColumnMap, SourceError, SourceSpec, resolve_source
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -127,7 +127,7 @@ def _select_columns(frame: DataFrame, columns: ColumnMap, path: str) -> DataFram
 def _synthetic_raw(spark: SparkSession, config: SolarisConfig) -> DataFrame:
     from pyspark.sql import functions as F
 
-    from solaris.synthetic import generate_chunk, item_world
+    from solaris.ingest.synthetic import generate_chunk, item_world
 
     synthetic, seed = config.synthetic, config.seed
 
@@ -198,7 +198,7 @@ def ingest(
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from solaris.tables import RunRecord, merge_into, table_version, write_quarantine
+    from solaris.storage.tables import RunRecord, merge_into, table_version, write_quarantine
 
     log.info("ingest %s (%s) from %s as run %s", spec.dataset, spec.layout, spec.path, run_id)
     record = RunRecord(run_id=run_id, job="ingest", as_of=as_of)

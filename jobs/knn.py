@@ -5,7 +5,7 @@ At ``--as-of t``: each user's FM user-only representation is computed from their
 its two samples (hash-chosen, so independent of partitioning): the k-means training sample and
 the recall query sample. Spherical k-means centroids (an IVF index's lists) are trained on the
 first and ``nprobe`` is the smallest whose recall@k, estimated on it (or, when it is not everyone,
-on other sampled users), reaches ``enrichment.knn_target_recall`` (``solaris.knn.choose_nprobe``;
+on other sampled users), reaches ``enrichment.knn_target_recall`` (``solaris.enrichment.knn.choose_nprobe``;
 or ``knn_nprobe`` when set).
 Each user is a member of its nearest cluster and searched in its ``nprobe`` nearest ones, exactly,
 inside ``applyInPandas`` groups; a native Spark aggregation merges the global top-k per user
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from solaris.config import EnrichmentConfig, SolarisConfig
 
-log = logging.getLogger("solaris.knn")
+log = logging.getLogger("solaris.enrichment.knn")
 
 
 @dataclass(frozen=True)
@@ -84,11 +84,11 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from solaris import knn
+    from solaris.enrichment import knn
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
+    from solaris.precompute.spark_features import user_histories, visible_events
     from solaris.runtime import JobInputError
-    from solaris.spark_features import user_histories, visible_events
-    from solaris.tables import RunRecord, with_commit_retry
+    from solaris.storage.tables import RunRecord, with_commit_retry
     from solaris.udfs.knn import (
         ASSIGNMENT_SCHEMA,
         CANDIDATE_SCHEMA,
@@ -178,14 +178,14 @@ def _driver_samples(vectors: DataFrame, n_users: int, enrichment: EnrichmentConf
 
     ``train``: <= ``knn_sample`` users for k-means; ``held_out``: when that is not everyone, up to
     ``knn_sample / 2`` other users (never in ``train``) on which nprobe is chosen
-    (``solaris.knn.choose_nprobe``); the recall query sample: ``knn_recall_sample`` users drawn
+    (``solaris.enrichment.knn.choose_nprobe``); the recall query sample: ``knn_recall_sample`` users drawn
     independently. All chosen by seeded hashes of the user id and sorted by id, so the same users
     whatever the partitioning.
     """
     import numpy as np
     from pyspark.sql import functions as F
 
-    from solaris.embedding_codec import decode
+    from solaris.storage.embedding_codec import decode
 
     train_share = min(1.0, enrichment.knn_sample / n_users)
     held_share = min(1.0 - train_share, 0.5 * enrichment.knn_sample / n_users)
@@ -235,7 +235,7 @@ def _recall(spark: SparkSession, vectors: DataFrame, neighbors: DataFrame, query
     import numpy as np
     from pyspark.sql import functions as F
 
-    from solaris import knn
+    from solaris.enrichment import knn
     from solaris.udfs.knn import PARTIAL_SCHEMA, make_partition_topk
 
     queries_b = spark.sparkContext.broadcast((query_ids, query_vectors))

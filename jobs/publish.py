@@ -17,7 +17,7 @@ import argparse
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from solaris.runtime import job_parser, run_stage
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
     from solaris.config import SolarisConfig
+    from solaris.serving.snapshots import PinnedTable
 
 log = logging.getLogger("solaris.publish")
 
@@ -72,24 +73,37 @@ def _rows_and_bad_rows(frame: DataFrame, dim: int) -> tuple[int, int]:
     return int(row["sum(rows)"] or 0), int(row["sum(bad)"] or 0)
 
 
+def _pinned(spark: SparkSession, path: str) -> PinnedTable:
+    """The table at its latest committed version (the caller checked that it exists)."""
+    from solaris.serving.snapshots import PinnedTable
+    from solaris.storage.tables import table_version
+
+    version = table_version(spark, path)
+    if version is None:
+        raise RuntimeError(f"{path} vanished between its existence check and reading its version")
+    return PinnedTable(path=path, version=version)
+
+
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> PublishResult:
     from pyspark.sql import functions as F
 
     from solaris.runtime import JobInputError
-    from solaris.snapshots import (
+    from solaris.serving.snapshots import (
         SNAPSHOTS_DIR,
+        Manifest,
+        ManifestCoverage,
         QualityGateError,
         latest_manifest_path,
         quality_gate,
         read_manifest,
         write_manifest,
     )
-    from solaris.tables import RunRecord, table_exists, table_version
+    from solaris.storage.tables import RunRecord, table_exists
     from solaris.timeutil import utc_stamp
 
     dim = config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="publish", as_of=as_of)
-    tables: dict[str, dict[str, Any]] = {}
+    tables: dict[str, PinnedTable] = {}
     counts: dict[str, int] = {}
     bad: dict[str, int] = {}
     users_by_tier: dict[str, DataFrame] = {}
@@ -101,7 +115,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         if not table_exists(spark, path):
             counts[name], bad[name] = 0, 0
             continue
-        version = table_version(spark, path)
+        pinned = _pinned(spark, path)
+        version = pinned.version
         frame = (
             spark.read.format("delta")
             .option("versionAsOf", version)
@@ -110,12 +125,12 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         )
         counts[name], bad[name] = _rows_and_bad_rows(frame, dim)
         users_by_tier[name] = frame.select("user_id").distinct()
-        tables[name] = {"path": path, "version": version}
+        tables[name] = pinned
     neighbors_path = config.table_path("user_neighbors")
     if not table_exists(spark, neighbors_path):
         raise JobInputError(f"no user_neighbors at {neighbors_path}: run `solaris knn` first")
     known = spark.read.format("delta").load(neighbors_path).select("user_id")
-    tables["user_neighbors"] = {"path": neighbors_path, "version": table_version(spark, neighbors_path)}
+    tables["user_neighbors"] = _pinned(spark, neighbors_path)
     covered = None
     for frame in users_by_tier.values():
         covered = frame if covered is None else covered.union(frame)
@@ -130,7 +145,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     directory = config.warehouse / SNAPSHOTS_DIR
     previous_path = latest_manifest_path(directory)
     previous = read_manifest(previous_path) if previous_path and previous_path.is_file() else None
-    previous_coverage = previous["coverage"]["users_any_tier"] if previous else None
+    previous_coverage = previous.coverage.users_any_tier if previous and previous.coverage else None
     reasons = quality_gate(counts, bad, coverage, previous_coverage, config.enrichment.coverage_tolerance)
     record.details = {
         "row_counts": counts,
@@ -149,26 +164,26 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         fm_versions = {
             row[0]
             for row in spark.read.format("delta")
-            .option("versionAsOf", pinned["version"])
-            .load(pinned["path"])
+            .option("versionAsOf", pinned.version)
+            .load(pinned.path)
             .where(F.col("expires_at") > F.lit(as_of))
             .select("fm_version")
             .distinct()
             .collect()
         }
-    manifest = {
-        "snapshot_id": f"snapshot-{utc_stamp(as_of)}",
-        "as_of": as_of.isoformat(),
-        "run_id": run_id,
-        "embedding_dim": dim,
-        "fm_versions": sorted(fm_versions),
-        "tables": tables,
-        "row_counts": counts,
-        "coverage": {"users_any_tier": coverage, "users_known": n_known, "users_covered": n_covered},
-    }
+    manifest = Manifest(
+        snapshot_id=f"snapshot-{utc_stamp(as_of)}",
+        as_of=as_of.isoformat(),
+        run_id=run_id,
+        embedding_dim=dim,
+        fm_versions=sorted(str(v) for v in fm_versions),
+        tables=tables,
+        row_counts=counts,
+        coverage=ManifestCoverage(users_any_tier=coverage, users_known=n_known, users_covered=n_covered),
+    )
     manifest_path = write_manifest(directory, manifest, config.enrichment.snapshots_kept)
     record.rows_out = sum(counts.values())
-    record.table_versions = {name: spec["version"] for name, spec in tables.items()}
+    record.table_versions = {name: spec.version for name, spec in tables.items()}
     record.details["manifest"] = str(manifest_path)
     record.write(spark, config, "success")
     log.info(

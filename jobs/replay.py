@@ -48,7 +48,7 @@ def _done(spark: SparkSession, config: SolarisConfig, run_id: str) -> bool:
     from pyspark.sql import functions as F
 
     from solaris.pipeline import LAST_MEASURE
-    from solaris.tables import table_exists
+    from solaris.storage.tables import table_exists
 
     path = config.table_path("runs")
     if not table_exists(spark, path):

@@ -34,7 +34,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> None:
         from solaris.serving.resolver import load_snapshot
-        from solaris.snapshots import SNAPSHOTS_DIR, find_manifest, latest_manifest_path, list_manifests, point_latest
+        from solaris.serving.snapshots import (
+            SNAPSHOTS_DIR,
+            find_manifest,
+            latest_manifest_path,
+            list_manifests,
+            point_latest,
+        )
 
         config = config_from_args(args)
         directory = config.warehouse / SNAPSHOTS_DIR

@@ -68,9 +68,9 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     from pyspark.sql import functions as F
 
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
-    from solaris.spark_features import candidate_features
-    from solaris.speculation import effective_threshold
-    from solaris.tables import RunRecord, merge_if_new_run, replace_where, table_version, write_quarantine
+    from solaris.precompute.spark_features import candidate_features
+    from solaris.precompute.speculation import effective_threshold
+    from solaris.storage.tables import RunRecord, merge_if_new_run, replace_where, table_version, write_quarantine
     from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
     pre = config.precompute
@@ -82,7 +82,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     record = RunRecord(run_id=run_id, job="score", as_of=as_of)
 
     candidates_path = config.table_path("candidates")
-    from solaris.tables import table_exists
+    from solaris.storage.tables import table_exists
 
     if not table_exists(spark, candidates_path):
         raise JobInputError(f"no candidates table at {candidates_path}: run `solaris candidates` first")
@@ -182,7 +182,7 @@ def _threshold_inputs(scored: DataFrame, rule: VerifierConfig) -> tuple[int, lis
 
     The driver never collects every score (that grows with the data): the rule only needs the
     top ``budget + 1`` passing scores when a global budget is set, else the lowest passing score:
-    the Spark form of :func:`solaris.speculation.threshold_inputs`, whose unit test shows the
+    the Spark form of :func:`solaris.precompute.speculation.threshold_inputs`, whose unit test shows the
     threshold from that subset equals the threshold from all scores.
     """
     from pyspark.sql import functions as F

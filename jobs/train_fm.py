@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         from solaris.models.common import pick_device
         from solaris.models.training import EventArrays, train_fm, training_metadata
         from solaris.spark import get_spark
-        from solaris.tables import RunRecord, training_events
+        from solaris.storage.tables import RunRecord, training_events
 
         config = config_from_args(args)
         output = config.resolve_under_warehouse(args.output)

@@ -43,11 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level)
 
     def body() -> None:
-        from solaris.features import training_features
         from solaris.models.checkpoint import load_checkpoint, save_checkpoint
+        from solaris.models.features import training_features
         from solaris.models.training import EventArrays, distillation_teacher_logits, train_vm, training_metadata
         from solaris.spark import get_spark
-        from solaris.tables import RunRecord, training_events
+        from solaris.storage.tables import RunRecord, training_events
 
         if args.teacher:  # a new list: argparse shares the default one between parses
             args.overrides = [*args.overrides, f"model.distillation.teacher={args.teacher}"]

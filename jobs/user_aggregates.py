@@ -2,7 +2,7 @@
 
 At ``--as-of t``: reads ``pair_embeddings_log`` rows with ``t - window < computed_at <= t`` (the
 latest row per pair, so a pair re-scored every hour is not over-weighted), averages each user's
-embeddings (plain or recency-weighted, optional L2 normalisation: :func:`solaris.enrichment.aggregate_users`)
+embeddings (plain or recency-weighted, optional L2 normalisation: :func:`solaris.enrichment.aggregates.aggregate_users`)
 with one ``mapInArrow`` call per batch of whole users (repartitioned by user, sorted within
 partitions; no per-user Python call), and MERGEs ``user_embeddings`` on ``user_id`` with
 ``expires_at = t + enrichment.ttl_hours``. Rerunning the same run id changes nothing.
@@ -57,8 +57,8 @@ def make_aggregator(dim: int, as_of_s: int, mode: str, half_life_hours: float,
         import numpy as np
         import pyarrow as pa
 
-        from solaris.embedding_codec import decode, encode_arrow
-        from solaris.enrichment import aggregate_users, complete_groups
+        from solaris.enrichment.aggregates import aggregate_users, complete_groups
+        from solaris.storage.embedding_codec import decode, encode_arrow
 
         for table in complete_groups(batches, "user_id"):
             result = aggregate_users(table.column("user_id").to_numpy(), decode(table.column("embedding"), dim),
@@ -78,7 +78,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from solaris.tables import RunRecord, merge_if_new_run, table_exists, table_version
+    from solaris.storage.tables import RunRecord, merge_if_new_run, table_exists, table_version
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="user_aggregates", as_of=as_of)

@@ -220,7 +220,7 @@ class EnrichmentConfig(_Strict):
     ttl_hours: float = Field(6, gt=0)  # expires_at of user aggregates and imputed embeddings
     log_retention_hours: float = Field(48, gt=0)  # pair_embeddings_log rows older than this are trimmed
     knn_k: int = Field(10, ge=1)
-    knn_clusters: int | None = Field(None, ge=1)  # None: about 2*sqrt(#users) (solaris.knn.default_clusters)
+    knn_clusters: int | None = Field(None, ge=1)  # None: about 2*sqrt(#users) (solaris.enrichment.knn.default_clusters)
     knn_nprobe: int | None = Field(None, ge=1)  # clusters searched per query; None: chosen from knn_target_recall
     knn_target_recall: float = Field(0.95, gt=0, le=1)  # nprobe = smallest reaching this on the k-means sample
     knn_sample: int = Field(100_000, ge=100)  # users sampled to train k-means

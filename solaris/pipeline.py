@@ -31,8 +31,8 @@ from solaris.jobs.knn import KnnResult
 from solaris.jobs.publish import PublishResult
 from solaris.jobs.score import ScoreResult
 from solaris.jobs.user_aggregates import UserAggregatesResult
-from solaris.spark_features import tick_events
-from solaris.tables import batched_audit
+from solaris.precompute.spark_features import tick_events
+from solaris.storage.tables import batched_audit
 from solaris.timeutil import default_run_id
 
 if TYPE_CHECKING:  # pragma: no cover

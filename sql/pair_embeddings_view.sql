@@ -2,7 +2,7 @@
 -- into `embedding_array` array<float>, in pure SQL (IEEE-754 single precision, finite values only,
 -- which is all the tables ever hold). Register the table first as the temp view `pair_embeddings_raw`:
 --   spark.read.format("delta").load(".../pair_embeddings").createOrReplaceTempView("pair_embeddings_raw")
--- (solaris.tables.register_decoded_view does both). Python readers use solaris.embedding_codec.decode.
+-- (solaris.storage.tables.register_decoded_view does both). Python readers use solaris.storage.embedding_codec.decode.
 CREATE OR REPLACE TEMP VIEW pair_embeddings_decoded AS
 SELECT *,
   transform(

@@ -11,7 +11,7 @@ Design, in the spirit of Spark's ``predict_batch_udf``:
   ``model_batch_size`` rows within them (cache-friendly on CPU, memory-bounded on GPU).
 * **Device from the task's resources**: a GPU when Spark granted this task one
   (``TaskContext.resources()['gpu']``), else CPU with ``torch_threads`` threads per worker.
-* **Packed binary output** (:mod:`solaris.embedding_codec`): the measured fastest column layout.
+* **Packed binary output** (:mod:`solaris.storage.embedding_codec`): the measured fastest column layout.
 * Every row gets ``quarantine_reason`` (NULL when fine): non-finite embeddings or scores never
   reach the table.
 
@@ -119,9 +119,9 @@ def score_batch(batch: pa.RecordBatch, spec: ScoringSpec, device: str) -> pa.Rec
     """Score one Arrow batch: features -> FM (pair embedding, score) + verifier score."""
     import torch
 
-    from solaris.embedding_codec import encode_arrow
-    from solaris.features import features_from_histories
     from solaris.models.common import to_tensors
+    from solaris.models.features import features_from_histories
+    from solaris.storage.embedding_codec import encode_arrow
 
     fm, fm_version = load_cached(spec.fm_checkpoint, "fm", spec.embedding_dim, device, spec.load_log_dir)
     verifier, verifier_version = load_cached(spec.verifier_checkpoint, "vm", None, device, spec.load_log_dir)

@@ -36,10 +36,10 @@ def make_user_representer(fm_checkpoint: str, embedding_dim: int, history_length
     def represent(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import torch
 
-        from solaris.embedding_codec import encode_arrow
-        from solaris.features import features_from_histories
-        from solaris.knn import normalize
+        from solaris.enrichment.knn import normalize
         from solaris.models.common import to_tensors
+        from solaris.models.features import features_from_histories
+        from solaris.storage.embedding_codec import encode_arrow
         from solaris.udfs.fm_scoring import list_parts, load_cached, task_device
 
         device = task_device()
@@ -81,8 +81,8 @@ def _one_faiss_thread() -> None:
 def make_cluster_assigner(centroids_broadcast: Broadcast[np.ndarray], nprobe: int,
                           embedding_dim: int) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     def assign(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        from solaris.embedding_codec import decode
-        from solaris.knn import nearest_clusters
+        from solaris.enrichment.knn import nearest_clusters
+        from solaris.storage.embedding_codec import decode
 
         _one_faiss_thread()
         for frame in frames:
@@ -104,8 +104,8 @@ def make_cluster_searcher(k: int, embedding_dim: int) -> Callable[[pd.DataFrame]
     member row (-1 elsewhere), so the merge can keep it without a join.
     """
     def search_cluster(frame: pd.DataFrame) -> pd.DataFrame:
-        from solaris.embedding_codec import decode
-        from solaris.knn import search
+        from solaris.enrichment.knn import search
+        from solaris.storage.embedding_codec import decode
 
         _one_faiss_thread()
         frame = frame.sort_values(["user_id", "is_member"], kind="stable")
@@ -123,8 +123,8 @@ def make_partition_topk(queries_broadcast: Broadcast[tuple[np.ndarray, np.ndarra
                         embedding_dim: int) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     """Exact top-k of the broadcast ``(query_ids, query_vectors)`` among one partition's users."""
     def local_topk(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        from solaris.embedding_codec import decode
-        from solaris.knn import search
+        from solaris.enrichment.knn import search
+        from solaris.storage.embedding_codec import decode
 
         _one_faiss_thread()
         ids, vectors = [], []

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from solaris.features import Features
+from solaris.models.features import Features
 
 _HASH_MULTIPLIER = 2654435761  # Knuth's multiplicative constant; int64 products wrap deterministically
 _HASH_SALT = 0x5BD1E995
@@ -49,7 +49,7 @@ def mlp(sizes: Sequence[int], dropout: float = 0.0, final_activation: bool = Fal
     return nn.Sequential(*layers)
 
 
-# Cheap real-time features an online feature store keeps (see solaris.features); both models use them.
+# Cheap real-time features an online feature store keeps (see solaris.models.features); both models use them.
 NUMERIC_FEATURES = (
     "item_pop",
     "user_recency",

@@ -19,10 +19,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from solaris import metrics
 from solaris.config import SolarisConfig, TrainingConfig
-from solaris.features import Features, HistoryIndex, time_split, training_features
+from solaris.models import metrics
 from solaris.models.common import seed_everything, to_tensors
+from solaris.models.features import Features, HistoryIndex, time_split, training_features
 from solaris.models.fm import FMSpec, FoundationModel
 from solaris.models.vm import VerticalModel, VMSpec, distillation_loss
 

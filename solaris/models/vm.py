@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from solaris.features import Features
 from solaris.models.common import NUMERIC_FEATURES, HashedEmbedding, mlp, numeric_features, to_tensors
+from solaris.models.features import Features
 
 N_TIERS = 4  # 0 none, 1 pair, 2 user aggregate, 3 KNN-imputed
 
@@ -92,7 +92,7 @@ def verifier_scores(
 ) -> np.ndarray:
     """Probability of relevance for each candidate pair, from the baseline VM (the verifier).
 
-    ``batch`` is a :class:`solaris.features.Features` (or a dict of tensors); returns float32 [n].
+    ``batch`` is a :class:`solaris.models.features.Features` (or a dict of tensors); returns float32 [n].
     """
     if model.spec.fm_embedding_dim:
         raise ValueError("the verifier is the VM without FM inputs")

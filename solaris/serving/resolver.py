@@ -151,7 +151,7 @@ class Resolver:
     @classmethod
     def from_snapshots(cls, directory: str | os.PathLike[str]) -> "Resolver":
         """A resolver serving the snapshot ``directory/LATEST`` points at."""
-        from solaris.snapshots import latest_manifest_path
+        from solaris.serving.snapshots import latest_manifest_path
 
         path = latest_manifest_path(Path(directory))
         if path is None:
@@ -160,7 +160,7 @@ class Resolver:
 
     def reload_if_newer(self, directory: str | os.PathLike[str]) -> bool:
         """Load and swap in the snapshot LATEST names if it is not the one being served."""
-        from solaris.snapshots import latest_manifest_path
+        from solaris.serving.snapshots import latest_manifest_path
 
         path = latest_manifest_path(Path(directory))
         if path is None or path.stem == self._tables.snapshot_id:
@@ -205,7 +205,7 @@ def load_tier(path: str, version: int | None, dim: int, keyed_by_pair: bool) -> 
     """One tier from a pinned version of its Delta table (deltalake, no Spark)."""
     from deltalake import DeltaTable
 
-    from solaris.embedding_codec import decode
+    from solaris.storage.embedding_codec import decode
 
     keys = ["user_id", "item_id"] if keyed_by_pair else ["user_id"]
     columns = [*keys, "embedding", "computed_at", "expires_at"]
@@ -220,16 +220,14 @@ def load_tier(path: str, version: int | None, dim: int, keyed_by_pair: bool) -> 
 
 def load_snapshot(manifest_path: str | os.PathLike[str]) -> TierTables:
     """TierTables of a publish manifest: every tier read at the exact Delta version it pins."""
-    from solaris.snapshots import read_manifest
+    from solaris.serving.snapshots import read_manifest
 
     manifest = read_manifest(Path(manifest_path))
-    dim = int(manifest["embedding_dim"])
+    dim = manifest.embedding_dim
     tiers = {}
     for name, keyed_by_pair in (("pair_embeddings", True), ("user_embeddings", False), ("imputed_embeddings", False)):
-        spec = manifest["tables"].get(name)
-        tiers[name] = (
-            load_tier(spec["path"], spec["version"], dim, keyed_by_pair) if spec else Tier.empty(dim, keyed_by_pair)
-        )
+        spec = manifest.tables.get(name)
+        tiers[name] = load_tier(spec.path, spec.version, dim, keyed_by_pair) if spec else Tier.empty(dim, keyed_by_pair)
     return TierTables(
-        dim, tiers["pair_embeddings"], tiers["user_embeddings"], tiers["imputed_embeddings"], manifest["snapshot_id"]
+        dim, tiers["pair_embeddings"], tiers["user_embeddings"], tiers["imputed_embeddings"], manifest.snapshot_id
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from solaris.tables import RunRecord, batched_audit, table_exists, table_version
+from solaris.storage.tables import RunRecord, batched_audit, table_exists, table_version
 
 
 def test_batched_audit_writes_every_row_in_one_merge_also_when_a_stage_fails(spark, make_config):

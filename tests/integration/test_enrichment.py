@@ -8,10 +8,10 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from solaris.embedding_codec import decode
 from solaris.jobs import publish, replay
 from solaris.serving.resolver import TIER_IMPUTED, TIER_PAIR, TIER_USER, Resolver
-from solaris.snapshots import QualityGateError
+from solaris.serving.snapshots import QualityGateError
+from solaris.storage.embedding_codec import decode
 from tests.world import T0, copy_world
 
 ENRICH = ["precompute.candidates.lookback_hours=24"]  # on top of the shared world's settings

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from solaris.ingest.sources import resolve_source
 from solaris.jobs.evaluate import QUICK_OVERRIDES
 from solaris.jobs.evaluate import run as evaluate
 from solaris.jobs.ingest import ingest
-from solaris.sources import resolve_source
 from tests.world import SMALL, set_args, small_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,10 +7,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from solaris.events import stable_id
+from solaris.ingest.events import stable_id
+from solaris.ingest.sources import ColumnMap, SourceError, resolve_source
 from solaris.jobs.ingest import ingest
 from solaris.runtime import JobInputError
-from solaris.sources import ColumnMap, SourceError, resolve_source
 from tests.conftest import table_checksum
 
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from solaris.embedding_codec import decode
 from solaris.jobs import candidates as candidates_job
 from solaris.jobs import expire as expire_job
 from solaris.jobs import score as score_job
 from solaris.models.checkpoint import load_checkpoint, save_checkpoint
 from solaris.models.training import EventArrays
+from solaris.storage.embedding_codec import decode
 from solaris.timeutil import default_run_id
 from tests.conftest import table_checksum
 from tests.world import T0, copy_world
@@ -60,8 +60,8 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
     assert vectors.shape == (len(pairs), 16) and np.isfinite(vectors).all()
 
     # the stored embedding is what the FM computes from point-in-time features
-    from solaris.features import HistoryIndex
     from solaris.models.common import to_tensors
+    from solaris.models.features import HistoryIndex
 
     events = EventArrays.from_frame(_table(spark, config, "events").selectExpr(
         "user_id", "item_id", "unix_seconds(ts) AS ts", "label").toPandas())
@@ -133,9 +133,9 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
 
 def test_spark_top_k_per_user_keeps_what_the_numpy_rule_keeps(spark, world_template, tmp_path):
     """More candidates per user than the verifier keeps, so the job's per-user window really drops
-    pairs: the pairs it keeps must be those :func:`solaris.speculation.verify_mask` (the rule's numpy
+    pairs: the pairs it keeps must be those :func:`solaris.precompute.speculation.verify_mask` (the rule's numpy
     twin) keeps from the same scored candidates."""
-    from solaris.speculation import verify_mask
+    from solaris.precompute.speculation import verify_mask
 
     run_id = default_run_id("precompute", T0)
     per_user = "precompute.candidates.per_user=30"
@@ -164,7 +164,7 @@ def test_spark_top_k_per_user_keeps_what_the_numpy_rule_keeps(spark, world_templ
 
 
 def test_spark_sql_view_decodes_embeddings(spark, world):
-    from solaris.tables import register_decoded_view
+    from solaris.storage.tables import register_decoded_view
 
     config = world
     rows = (

@@ -82,7 +82,7 @@ def test_installed_wheel_runs_ingest_and_candidates_outside_the_checkout(install
 
     # every resource comes from the installed package, none from the checkout
     probe = _run([python, "-c", (
-        "import solaris, solaris.sql as s, solaris.config as c, solaris.orchestration as o\n"
+        "import solaris, solaris.storage.sql as s, solaris.config as c, solaris.orchestration as o\n"
         "print(solaris.__file__); print(s.sql_path('candidates')); print(c.default_config_file())\n"
         "print(o.job_application('candidates')); cfg = c.load_config()\n"
         "print(cfg.warehouse); print(cfg.spark.jars_dir)")],

@@ -59,7 +59,7 @@ def fresh_world(world_template, served_template, pending_template, tmp_path):
 
 
 def checksums(spark, config, names=CYCLE_TABLES) -> dict:
-    from solaris.tables import table_exists
+    from solaris.storage.tables import table_exists
 
     return {
         name: table_checksum(spark, config.table_path(name)) if table_exists(spark, config.table_path(name)) else None

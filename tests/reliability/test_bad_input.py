@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from solaris.embedding_codec import decode
+from solaris.ingest.sources import resolve_source
 from solaris.jobs.ingest import ingest
-from solaris.sources import resolve_source
-from solaris.tables import table_version
+from solaris.storage.embedding_codec import decode
+from solaris.storage.tables import table_version
 from tests.reliability.conftest import T0, hours, run_cycle, run_solaris, world_config
 
 TABLES = ("events", "quarantine", "candidates", "pair_embeddings", "pair_embeddings_log", "runs")

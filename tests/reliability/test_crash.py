@@ -18,7 +18,7 @@ import numpy as np
 from deltalake import DeltaTable
 
 from solaris.serving.resolver import load_snapshot
-from solaris.snapshots import latest_manifest_path
+from solaris.serving.snapshots import latest_manifest_path
 from tests.reliability.conftest import T0, checksums, hours, run_cycle, run_solaris, solaris_command, subprocess_env
 
 

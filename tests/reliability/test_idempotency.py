@@ -12,7 +12,7 @@ import numpy as np
 
 from solaris.pipeline import STAGE_NAMES
 from solaris.serving.resolver import load_snapshot
-from solaris.snapshots import latest_manifest_path
+from solaris.serving.snapshots import latest_manifest_path
 from tests.reliability.conftest import CYCLE_TABLES, T0, checksums, hours, run_cycle
 
 

@@ -85,7 +85,7 @@ def test_table_names_and_rollback_ids_cannot_escape(fresh_world, tmp_path):
 
 def test_rollback_serves_an_earlier_manifest(spark, fresh_world):
     from solaris.serving.resolver import load_snapshot
-    from solaris.snapshots import latest_manifest_path
+    from solaris.serving.snapshots import latest_manifest_path
 
     config = fresh_world(source="pending")
     run_cycle(spark, config, T0 + hours(1), stages=["publish"])

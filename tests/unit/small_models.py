@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solaris.features import training_features
+from solaris.models.features import training_features
 from solaris.models.fm import FMSpec
 
 SMALL_FM = FMSpec(embedding_dim=16, history_length=6, id_buckets=512, d_model=16, heads=2, tower=(32,), dropout=0.0)

@@ -2,7 +2,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from solaris.embedding_codec import decode, encode_arrow
+from solaris.storage.embedding_codec import decode, encode_arrow
 
 
 def test_round_trip_bit_exact_including_extremes():

@@ -2,7 +2,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from solaris.enrichment import aggregate_users, complete_groups, group_starts, impute_users
+from solaris.enrichment.aggregates import aggregate_users, complete_groups, group_starts, impute_users
 
 AS_OF = 100 * 3600
 

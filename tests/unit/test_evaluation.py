@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from solaris import evaluation
 from solaris.config import load_config
-from solaris.evaluation_report import write_report
-from solaris.features import training_features
+from solaris.evaluation import protocol as evaluation
+from solaris.evaluation.report import write_report
+from solaris.models.features import training_features
 from solaris.models.training import predict, vm_spec, warm_start_vm
 from solaris.models.vm import VerticalModel
 

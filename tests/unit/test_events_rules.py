@@ -1,6 +1,6 @@
 from datetime import datetime, timezone
 
-from solaris.events import REASONS, event_id_sql, rejection_reason_sql, stable_id, stable_id_sql
+from solaris.ingest.events import REASONS, event_id_sql, rejection_reason_sql, stable_id, stable_id_sql
 
 
 def test_stable_id_is_deterministic_non_negative_and_namespaced():

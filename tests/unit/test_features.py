@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from solaris.features import NO_HISTORY_RECENCY, HistoryIndex, time_split, training_features
+from solaris.models.features import NO_HISTORY_RECENCY, HistoryIndex, time_split, training_features
 
 # user 1: items 10 (t=100, liked), 11 (t=200), 12 and 13 at the same second t=300 (13 liked)
 USERS = np.array([1, 1, 1, 1, 2])
@@ -85,7 +85,7 @@ def test_time_split_validation_is_latest():
 
 
 def test_features_from_histories_match_the_history_index():
-    from solaris.features import features_from_histories
+    from solaris.models.features import features_from_histories
 
     rng = np.random.default_rng(5)
     n = 300

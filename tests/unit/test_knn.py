@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 
-from solaris.jobs.knn import KnnResult
-from solaris.knn import (
+from solaris.enrichment.knn import (
     choose_nprobe,
     default_clusters,
     exact_topk,
@@ -18,6 +17,7 @@ from solaris.knn import (
     smallest_nprobe,
     train_centroids,
 )
+from solaris.jobs.knn import KnnResult
 
 
 def _clustered(n=600, dim=16, clusters=12, seed=0):

@@ -5,7 +5,7 @@ import pytest
 from sklearn.metrics import log_loss as sk_log_loss
 from sklearn.metrics import roc_auc_score
 
-from solaris.metrics import auc, calibration, log_loss, normalized_entropy, transfer_ratio
+from solaris.models.metrics import auc, calibration, log_loss, normalized_entropy, transfer_ratio
 
 
 def test_log_loss_hand_computed():

@@ -1,6 +1,16 @@
 import json
 
-from solaris.snapshots import latest_manifest_path, quality_gate, read_manifest, write_manifest
+import pytest
+
+from solaris.serving.snapshots import (
+    Manifest,
+    ManifestCoverage,
+    PinnedTable,
+    latest_manifest_path,
+    quality_gate,
+    read_manifest,
+    write_manifest,
+)
 
 COUNTS = {"pair_embeddings": 10, "user_embeddings": 5, "imputed_embeddings": 3}
 
@@ -17,24 +27,46 @@ def test_gate_refuses_empty_poisoned_or_collapsed():
     assert quality_gate(COUNTS, {}, 0.41, 0.8, 0.5) == []  # within tolerance
 
 
+def _manifest(snapshot_id: str) -> Manifest:
+    return Manifest(snapshot_id=snapshot_id, as_of="2026-01-01T00:00:00+00:00", run_id="r", embedding_dim=4)
+
+
+def test_manifest_round_trips_and_names_a_missing_field(tmp_path):
+    manifest = Manifest(
+        snapshot_id="snapshot-20260101T000000Z", as_of="2026-01-01T00:00:00+00:00", run_id="publish-1",
+        embedding_dim=64, fm_versions=["fm-1"], tables={"pair_embeddings": PinnedTable("/wh/pair_embeddings", 7)},
+        row_counts={"pair_embeddings": 10}, coverage=ManifestCoverage(0.5, 10, 5),
+    )
+    path = write_manifest(tmp_path, manifest, keep=2)
+    assert read_manifest(path) == manifest
+    assert json.loads(path.read_text())["tables"]["pair_embeddings"] == {"path": "/wh/pair_embeddings", "version": 7}
+    raw = json.loads(path.read_text())
+    del raw["embedding_dim"]
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="'embedding_dim' is missing"):
+        read_manifest(path)
+    raw["embedding_dim"] = "sixty-four"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="wrong type"):
+        read_manifest(path)
+
+
 def test_manifest_write_is_atomic_and_keeps_the_last_n(tmp_path):
     for hour in range(5):
-        write_manifest(tmp_path, {"snapshot_id": f"snapshot-2026010{hour}", "tables": {}}, keep=3)
+        write_manifest(tmp_path, _manifest(f"snapshot-2026010{hour}"), keep=3)
     assert sorted(p.name for p in tmp_path.glob("*.json")) == [f"snapshot-2026010{h}.json" for h in (2, 3, 4)]
     assert latest_manifest_path(tmp_path).name == "snapshot-20260104.json"
-    assert read_manifest(latest_manifest_path(tmp_path))["snapshot_id"] == "snapshot-20260104"
+    assert read_manifest(latest_manifest_path(tmp_path)).snapshot_id == "snapshot-20260104"
     assert not list(tmp_path.glob(".*tmp*"))  # no temporary files left behind
     assert json.loads((tmp_path / "snapshot-20260104.json").read_text())["tables"] == {}
 
 
 def test_rollback_repoints_latest_only_to_a_readable_manifest(tmp_path):
-    import pytest
-
     from solaris.errors import RefusedError
-    from solaris.snapshots import list_manifests, point_latest
+    from solaris.serving.snapshots import list_manifests, point_latest
 
     for hour in range(3):
-        write_manifest(tmp_path, {"snapshot_id": f"snapshot-2026010{hour}", "tables": {}}, keep=5)
+        write_manifest(tmp_path, _manifest(f"snapshot-2026010{hour}"), keep=5)
     assert [p.stem for p in list_manifests(tmp_path)] == ["snapshot-20260100", "snapshot-20260101", "snapshot-20260102"]
     assert point_latest(tmp_path, "snapshot-20260101").name == "snapshot-20260101.json"
     assert latest_manifest_path(tmp_path).name == "snapshot-20260101.json"

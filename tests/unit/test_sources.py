@@ -1,6 +1,6 @@
 import pytest
 
-from solaris.sources import (
+from solaris.ingest.sources import (
     ColumnMap,
     SourceError,
     atomic_columns,

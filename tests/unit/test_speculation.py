@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from solaris.config import CandidateConfig, VerifierConfig
-from solaris.speculation import (
+from solaris.precompute.speculation import (
     candidate_params,
     effective_threshold,
     expires_at,
@@ -12,7 +12,7 @@ from solaris.speculation import (
     threshold_inputs,
     verify_mask,
 )
-from solaris.sql import literal, render, statements
+from solaris.storage.sql import literal, render, statements
 from solaris.timeutil import default_run_id
 
 USERS = np.array([1, 1, 1, 2, 2, 3])

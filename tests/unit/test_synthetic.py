@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 
 from solaris.config import SyntheticConfig
-from solaris.synthetic import chunk_user_range, generate_chunk
+from solaris.ingest.synthetic import chunk_user_range, generate_chunk
 
 CONFIG = SyntheticConfig(n_events=20_000, n_users=400, n_items=300, chunks=4, days=30)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from solaris.evaluation import TRANSFER_VARIANTS, VARIANTS
+from solaris.evaluation.protocol import TRANSFER_VARIANTS, VARIANTS
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes

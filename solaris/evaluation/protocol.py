@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from solaris import metrics
+from solaris.models import metrics
 
 if TYPE_CHECKING:  # pragma: no cover
     from solaris.config import SolarisConfig

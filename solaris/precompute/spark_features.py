@@ -1,6 +1,6 @@
 """Point-in-time model inputs built in Spark (events <= as_of), shared by scoring and KNN.
 
-The Python side (:func:`solaris.features.features_from_histories`) turns these columns into the
+The Python side (:func:`solaris.models.features.features_from_histories`) turns these columns into the
 exact features the models were trained on; the unit tests check both paths agree.
 """
 

@@ -4,12 +4,17 @@ A manifest is JSON naming the Delta table paths *and versions* the serving layer
 FM version, the embedding dimension and coverage figures. It is written under a temporary name
 and renamed (atomic on POSIX), then ``LATEST`` is replaced the same way, so a reader sees either
 the old snapshot or the new one, never half of one. Only the last N manifests are kept.
+
+:class:`Manifest` is the typed form of that JSON: publish builds one, the resolver and rollback
+read one, and a file missing a field or holding one of the wrong type is refused on read with the
+field's name, rather than failing later on a string key.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,71 @@ from solaris.errors import RefusedError
 
 LATEST = "LATEST"
 SNAPSHOTS_DIR = "snapshots"
+
+
+@dataclass(frozen=True)
+class PinnedTable:
+    """A Delta table at the exact version the snapshot serves."""
+
+    path: str
+    version: int
+
+
+@dataclass(frozen=True)
+class ManifestCoverage:
+    """Users with a servable embedding in any tier, among the users KNN knows at publish time."""
+
+    users_any_tier: float
+    users_known: int
+    users_covered: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One published snapshot: what the serving layer loads, pinned to Delta versions."""
+
+    snapshot_id: str
+    as_of: str
+    run_id: str
+    embedding_dim: int
+    fm_versions: list[str] = field(default_factory=list)
+    tables: dict[str, PinnedTable] = field(default_factory=dict)
+    row_counts: dict[str, int] = field(default_factory=dict)
+    coverage: ManifestCoverage | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> Manifest:
+        """Validate a parsed manifest; a missing or mistyped field raises ``ValueError`` naming it."""
+        if not isinstance(raw, dict):
+            raise ValueError("a manifest is a JSON object")
+        try:
+            tables = {
+                str(name): PinnedTable(path=str(spec["path"]), version=int(spec["version"]))
+                for name, spec in dict(raw.get("tables", {})).items()
+            }
+            coverage_raw = raw.get("coverage")
+            coverage = None if coverage_raw is None else ManifestCoverage(
+                users_any_tier=float(coverage_raw["users_any_tier"]),
+                users_known=int(coverage_raw["users_known"]),
+                users_covered=int(coverage_raw["users_covered"]),
+            )
+            return cls(
+                snapshot_id=str(raw["snapshot_id"]),
+                as_of=str(raw["as_of"]),
+                run_id=str(raw["run_id"]),
+                embedding_dim=int(raw["embedding_dim"]),
+                fm_versions=[str(v) for v in raw.get("fm_versions", [])],
+                tables=tables,
+                row_counts={str(k): int(v) for k, v in dict(raw.get("row_counts", {})).items()},
+                coverage=coverage,
+            )
+        except KeyError as missing:
+            raise ValueError(f"manifest field {missing} is missing") from None
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"manifest field has the wrong type: {error}") from None
 
 
 class QualityGateError(RefusedError):
@@ -46,10 +116,10 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_manifest(directory: Path, manifest: dict[str, Any], keep: int) -> Path:
+def write_manifest(directory: Path, manifest: Manifest, keep: int) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{manifest['snapshot_id']}.json"
-    _atomic_write(path, json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    path = directory / f"{manifest.snapshot_id}.json"
+    _atomic_write(path, manifest.to_json())
     _atomic_write(directory / LATEST, path.name + "\n")
     manifests = sorted(p for p in directory.glob("*.json"))
     for old in manifests[:-keep] if len(manifests) > keep else []:
@@ -65,10 +135,10 @@ def latest_manifest_path(directory: Path) -> Path | None:
     return directory / pointer.read_text().strip()
 
 
-def read_manifest(path: Path) -> dict[str, Any]:
+def read_manifest(path: Path) -> Manifest:
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as error:
+        return Manifest.from_dict(json.loads(Path(path).read_text()))
+    except (OSError, ValueError) as error:  # JSONDecodeError is a ValueError
         raise ValueError(f"cannot read snapshot manifest {path}: {error}") from None
 
 

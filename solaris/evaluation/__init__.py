@@ -1,0 +1,1 @@
+"""Evaluation: what is compared and how it is summarised and reported (no Spark, no torch)."""

@@ -1,0 +1,1 @@
+"""Precompute: events -> speculated candidates -> FM-scored, verified pair embeddings."""

@@ -1,0 +1,105 @@
+"""The package's layout follows the data flow, and no module reaches back up it.
+
+Layers, upstream first: the frame every stage shares (config, errors, time, Spark session, job
+entry, storage), then the stages in data-flow order (ingest -> models -> precompute -> enrichment
+-> serving -> evaluation), then the executors (``udfs``, the stage ``jobs``), the cycle that chains
+them (``pipeline``) and what drives it (``replay``, ``evaluate``, ``orchestration``, ``cli``). A
+module may import its own layer or any layer before it; importing a later layer would make an
+upstream stage depend on a downstream one, which is what this test refuses. The check reads
+imports with :mod:`ast`, so it needs neither Spark nor torch.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("solaris", "solaris.errors", "solaris.timeutil", "solaris.config"),
+    ("solaris.spark", "solaris.runtime", "solaris.storage"),
+    ("solaris.ingest",),
+    ("solaris.models",),
+    ("solaris.precompute",),
+    ("solaris.enrichment",),
+    ("solaris.serving",),
+    ("solaris.evaluation",),
+    ("solaris.udfs",),
+    ("solaris.jobs",),
+    ("solaris.pipeline",),
+    # The drivers that run the whole cycle, and what launches jobs.
+    ("solaris.jobs.replay", "solaris.jobs.evaluate", "solaris.orchestration", "solaris.cli"),
+)
+
+
+def _module_name(path: Path) -> str:
+    relative = path.relative_to(ROOT).with_suffix("")
+    parts = list(relative.parts)
+    if parts[0] in {"jobs", "udfs"}:
+        parts = ["solaris", *parts]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _layer(module: str) -> int:
+    best, depth = -1, -1
+    for index, names in enumerate(LAYERS):
+        for name in names:
+            matches = module == name or module.startswith(name + ".")
+            if matches and name.count(".") > depth and not (name == "solaris" and module != "solaris"):
+                best, depth = index, name.count(".")
+    if best < 0:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS in {Path(__file__).name}")
+    return best
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("solaris"):
+            found.add(node.module)
+            if node.module in {"solaris", "solaris.jobs", "solaris.udfs"} or node.module.count(".") == 1:
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("solaris"))
+    return found
+
+
+SOURCES = sorted(
+    p for folder in ("solaris", "jobs", "udfs") for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts
+)
+
+
+def test_every_module_has_a_layer() -> None:
+    for path in SOURCES:
+        _layer(_module_name(path))
+
+
+def _back_references(module: str, path: Path) -> list[str]:
+    own = _layer(module)
+    return sorted(name for name in _imports(path) if _is_module(name) and _layer(name) > own)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_imports_a_later_stage(path: Path) -> None:
+    module = _module_name(path)
+    assert not _back_references(module, path), f"{module} imports a downstream stage"
+
+
+def _is_module(name: str) -> bool:
+    """``from solaris.x import y`` lists ``solaris.x.y``, which is a module only if it exists."""
+    parts = name.split(".")
+    base = {"jobs": ROOT / "jobs", "udfs": ROOT / "udfs"}.get(parts[1] if len(parts) > 1 else "", None)
+    folder = base if base is not None else ROOT / "solaris"
+    rest = parts[2:] if base is not None else parts[1:]
+    target = folder.joinpath(*rest) if rest else folder
+    return target.with_suffix(".py").exists() or (target / "__init__.py").exists()
+
+
+def test_the_check_catches_a_back_reference(tmp_path: Path) -> None:
+    """Guard against a check that cannot fail: an ingest module importing the resolver is refused."""
+    fake = tmp_path / "rules.py"
+    fake.write_text("from solaris.serving.resolver import Resolver\nfrom solaris.config import SolarisConfig\n")
+    assert _back_references("solaris.ingest.rules", fake) == ["solaris.serving.resolver"]
