@@ -9,7 +9,9 @@ trigger). Fills the coverage gaps left by direct precompute, then publishes a sn
 2. **knn**: FAISS k-means centroids on a sample + per-cluster exact search over the FM's user
    representations; recall@k against exact search is logged and recorded in `runs`;
 3. **impute**: tier 3 for users without a servable aggregate, from their neighbours' aggregates;
-4. **publish**: quality gate (counts, finite values, dimension, coverage not collapsed), then an
+4. **item_aggregates**: tier 4, mean of each item's pair embeddings computed in the last 24 h (the
+   only tier that can serve a user with no history), in parallel with the user tiers;
+5. **publish**: quality gate (counts, finite values, dimension, coverage not collapsed), then an
    atomic manifest pinning the Delta versions the resolver loads. A refused snapshot fails the
    task and publishes nothing; serving keeps the previous one.
 """

@@ -1,8 +1,9 @@
 """Publish a serving snapshot: quality gate, then an atomic manifest pinning Delta versions.
 
 At ``--as-of t``: counts the servable rows (``expires_at > t``) of ``pair_embeddings``,
-``user_embeddings`` and ``imputed_embeddings``, checks every embedding is finite and of the
-configured dimension, and measures coverage (share of known users with any servable tier). A
+``user_embeddings``, ``imputed_embeddings`` and ``item_embeddings``, checks every embedding is
+finite and of the configured dimension, and measures coverage (share of known users with a
+servable user-keyed tier; the item tier serves any user, so it is counted in rows, not users). A
 snapshot with a failed check, or whose coverage fell by more than ``coverage_tolerance`` against
 the previous one, is refused: nothing is published and the reasons are logged and recorded in
 ``runs``. Otherwise the manifest (``warehouse/snapshots/<id>.json``) and ``LATEST`` are written
@@ -32,7 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("solaris.publish")
 
-EMBEDDING_TABLES = ("pair_embeddings", "user_embeddings", "imputed_embeddings")
+EMBEDDING_TABLES = ("pair_embeddings", "user_embeddings", "imputed_embeddings", "item_embeddings")
+USER_KEYED_TABLES = ("pair_embeddings", "user_embeddings", "imputed_embeddings")
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             .where(F.col("expires_at") > F.lit(as_of))
         )
         counts[name], bad[name] = _rows_and_bad_rows(frame, dim)
-        users_by_tier[name] = frame.select("user_id").distinct()
+        if name in USER_KEYED_TABLES:
+            users_by_tier[name] = frame.select("user_id").distinct()
         tables[name] = pinned
     neighbors_path = config.table_path("user_neighbors")
     if not table_exists(spark, neighbors_path):

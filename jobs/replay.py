@@ -88,7 +88,7 @@ def summary_line(cycle: CycleResult) -> str:
              f"requests={cycle.hit_rate.requests}", f"candidates_hit_rate={rate(cycle.hit_rate.candidates.hit_rate)}",
              f"verified_hit_rate={rate(cycle.hit_rate.verified.hit_rate)}",
              f"knn_recall_at_{cycle.knn.k}={cycle.knn.recall:.3f}"]
-    parts += [f"coverage_tiers1-{tier}={cycle.coverage.cumulative(tier):.3f}" for tier in (1, 2, 3)]
+    parts += [f"coverage_tiers1-{tier}={cycle.coverage.cumulative(tier):.3f}" for tier in (1, 2, 3, 4)]
     parts.append(f"seconds={cycle.total_seconds:.1f}")
     return " ".join(parts)
 

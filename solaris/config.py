@@ -69,6 +69,7 @@ class TablesConfig(_Strict):
     user_embeddings: str = "user_embeddings"
     user_neighbors: str = "user_neighbors"
     imputed_embeddings: str = "imputed_embeddings"
+    item_embeddings: str = "item_embeddings"
     quarantine: str = "quarantine"
     runs: str = "runs"
 
@@ -211,7 +212,7 @@ class PrecomputeConfig(_Strict):
 
 
 class EnrichmentConfig(_Strict):
-    """Tiers 2 and 3: user aggregates over a window, KNN over FM user representations, imputation."""
+    """Tiers 2-4: user aggregates over a window, KNN over FM user representations, imputation, item aggregates."""
 
     window_hours: float = Field(24, gt=0)  # user aggregate = mean of pair embeddings computed in this window
     aggregation: str = Field("mean", pattern="^(mean|recency)$")
@@ -227,6 +228,9 @@ class EnrichmentConfig(_Strict):
     knn_recall_sample: int = Field(500, ge=10)  # queries checked against exact search
     min_neighbors: int = Field(2, ge=1)
     min_similarity: float = Field(0.0, ge=-1, le=1)
+    item_window_hours: float = Field(24, gt=0)  # item tier = mean of the item's pair embeddings computed in this window
+    item_ttl_hours: float = Field(6, gt=0)  # expires_at of item aggregates
+    item_min_pairs: int = Field(2, ge=1)  # an item aggregate needs this many users' pair embeddings
     snapshots_kept: int = Field(24, ge=1)
     coverage_tolerance: float = Field(0.5, ge=0, le=1)  # refuse a snapshot whose coverage fell by more than this share
 

@@ -27,6 +27,7 @@ from solaris.jobs.candidates import CandidatesResult
 from solaris.jobs.expire import ExpireResult
 from solaris.jobs.hit_rate import CoverageResult, HitRateResult
 from solaris.jobs.impute import ImputeResult
+from solaris.jobs.item_aggregates import ItemAggregatesResult
 from solaris.jobs.knn import KnnResult
 from solaris.jobs.publish import PublishResult
 from solaris.jobs.score import ScoreResult
@@ -85,7 +86,8 @@ ENRICHMENT: tuple[Stage, ...] = (
         ("user_aggregates", "knn"),
         "Tier 3: impute users without an aggregate from their neighbours.",
     ),
-    Stage("publish", "enrichment", ("impute",), "Quality gate, then the atomic snapshot manifest."),
+    Stage("item_aggregates", "enrichment", (), "Tier 4: 24 h mean of each item's pair embeddings (new users)."),
+    Stage("publish", "enrichment", ("impute", "item_aggregates"), "Quality gate, then the atomic snapshot manifest."),
 )
 CYCLE: tuple[Stage, ...] = PRECOMPUTE + ENRICHMENT
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in CYCLE)
@@ -121,6 +123,7 @@ class CycleResult:
     user_aggregates: UserAggregatesResult | None = None
     knn: KnnResult | None = None
     impute: ImputeResult | None = None
+    item_aggregates: ItemAggregatesResult | None = None
     publish: PublishResult | None = None
     coverage: CoverageResult | None = None
     seconds: dict[str, float] = field(default_factory=dict)

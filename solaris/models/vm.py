@@ -5,7 +5,7 @@ One architecture for the four variants of docs/architecture.md §8, which differ
 * *baseline*: cheap real-time features only (hashed user/item ids in small tables, item
   popularity and like rate, user recency, activity count and recent like rate);
 * *distilled*: same inputs, trained on labels mixed with FM soft labels (:func:`distillation_loss`);
-* *SOLARIS*: plus the FM embedding served for the pair (tier 1, 2 or 3) and a one-hot of its tier
+* *SOLARIS*: plus the FM embedding served for the pair (any tier of :mod:`solaris.tiers`) and a one-hot of its tier
   (tier 0 = nothing served, a zero vector), so the model learns how much to trust each tier;
 * *SOLARIS+distilled*: both.
 
@@ -23,8 +23,7 @@ from torch.nn import functional as F
 
 from solaris.models.common import NUMERIC_FEATURES, HashedEmbedding, mlp, numeric_features, to_tensors
 from solaris.models.features import Features
-
-N_TIERS = 4  # 0 none, 1 pair, 2 user aggregate, 3 KNN-imputed
+from solaris.tiers import N_TIERS
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """Serving-side lookup of precomputed embeddings, by tier (no Spark, no Airflow import).
 
 ``resolve(user_ids, item_ids, now)`` returns, for every request, the best *servable* value in tier
-order pair (1) -> user aggregate (2) -> KNN-imputed (3) -> none (0, zero vector), with its tier
-and age. A value is servable iff ``now < expires_at`` (docs/architecture.md §2) - checked here at read
-time, whatever the cleanup job has or has not deleted yet.
+order pair (1) -> user aggregate (2) -> KNN-imputed (3) -> item aggregate (4) -> none (0, zero
+vector), with its tier and age (codes in :mod:`solaris.tiers`). A value is servable iff
+``now < expires_at`` (docs/architecture.md §2) - checked here at read time, whatever the cleanup
+job has or has not deleted yet.
 
 :class:`Resolver` holds one immutable :class:`TierTables` snapshot and swaps in a newer one
 atomically (a single reference assignment): readers that already took the old snapshot finish
@@ -24,7 +25,9 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-TIER_NONE, TIER_PAIR, TIER_USER, TIER_IMPUTED = 0, 1, 2, 3
+from solaris.tiers import SERVING_ORDER, TIER_IMPUTED, TIER_ITEM, TIER_NONE, TIER_PAIR, TIER_USER
+
+__all__ = ["TIER_IMPUTED", "TIER_ITEM", "TIER_NONE", "TIER_PAIR", "TIER_USER", "Resolver", "Tier", "TierTables"]
 
 
 def _seconds(value: datetime | ArrayLike) -> np.ndarray:
@@ -56,10 +59,11 @@ def _key(users: np.ndarray, items: np.ndarray | None) -> np.ndarray:
 @dataclass(frozen=True)
 class Tier:
     """One tier's rows, sorted by a uint64 key for binary-search lookups (pairs keep both ids to
-    confirm a hit, so a hash collision can only cost a miss, never a wrong value)."""
+    confirm a hit, so a hash collision can only cost a miss, never a wrong value). A tier keyed by
+    one id holds it in ``users`` whether that id is a user (tiers 2, 3) or an item (tier 4)."""
 
     keys: np.ndarray  # uint64, sorted
-    users: np.ndarray  # int64, in key order
+    users: np.ndarray  # int64, in key order (the item id for the item tier)
     items: np.ndarray | None  # int64 in key order (pair tier) or None
     embeddings: np.ndarray  # float32 [n, D], in key order
     computed_at: np.ndarray  # epoch seconds
@@ -103,13 +107,18 @@ class Tier:
 
 @dataclass(frozen=True)
 class TierTables:
-    """An immutable serving snapshot: the three tiers of one published manifest."""
+    """An immutable serving snapshot: the tiers of one published manifest (``item_side`` keyed by item)."""
 
     dim: int
     pairs: Tier
     users: Tier
     imputed: Tier
     snapshot_id: str = ""
+    item_side: Tier | None = None
+
+    def _tier(self, code: int) -> Tier | None:
+        return {TIER_PAIR: self.pairs, TIER_USER: self.users, TIER_IMPUTED: self.imputed,
+                TIER_ITEM: self.item_side}[code]
 
     def resolve(
         self, user_ids: ArrayLike, item_ids: ArrayLike, now: datetime | ArrayLike
@@ -128,11 +137,12 @@ class TierTables:
         out = np.zeros((n, self.dim), dtype=np.float32)
         tier = np.zeros(n, dtype=np.int8)
         age = np.full(n, np.nan, dtype=np.float64)
-        for code, table in ((TIER_PAIR, self.pairs), (TIER_USER, self.users), (TIER_IMPUTED, self.imputed)):
+        for code in SERVING_ORDER:
+            table = self._tier(code)
             open_rows = tier == TIER_NONE
-            if not open_rows.any() or len(table) == 0:
+            if table is None or not open_rows.any() or len(table) == 0:
                 continue
-            position = table.find(users, items)
+            position = table.find(items, items) if code == TIER_ITEM else table.find(users, items)
             servable = open_rows & (position >= 0)
             rows = position[servable]
             candidates = np.flatnonzero(servable)
@@ -191,23 +201,22 @@ class Resolver:
 
 
 def coverage(tiers: np.ndarray) -> dict[str, float]:
-    """Share of requests served by each tier and cumulatively (tier 1, <=2, <=3)."""
+    """Share of requests served by each tier and cumulatively in serving order (tier 1, <=2, ...)."""
     tiers = np.asarray(tiers)
     n = max(tiers.size, 1)
-    share = {f"tier{code}": float((tiers == code).sum() / n) for code in (TIER_PAIR, TIER_USER, TIER_IMPUTED)}
+    share = {f"tier{code}": float((tiers == code).sum() / n) for code in SERVING_ORDER}
     share["none"] = float((tiers == TIER_NONE).sum() / n)
-    for code in (TIER_PAIR, TIER_USER, TIER_IMPUTED):
-        share[f"cumulative_tier{code}"] = float(((tiers >= TIER_PAIR) & (tiers <= code)).sum() / n)
+    for position, code in enumerate(SERVING_ORDER):
+        share[f"cumulative_tier{code}"] = float(np.isin(tiers, SERVING_ORDER[: position + 1]).sum() / n)
     return share
 
 
-def load_tier(path: str, version: int | None, dim: int, keyed_by_pair: bool) -> Tier:
-    """One tier from a pinned version of its Delta table (deltalake, no Spark)."""
+def load_tier(path: str, version: int | None, dim: int, keys: list[str]) -> Tier:
+    """One tier from a pinned version of its Delta table (deltalake, no Spark), keyed by ``keys``."""
     from deltalake import DeltaTable
 
     from solaris.storage.embedding_codec import decode
 
-    keys = ["user_id", "item_id"] if keyed_by_pair else ["user_id"]
     columns = [*keys, "embedding", "computed_at", "expires_at"]
     table = DeltaTable(path, version=version).to_pyarrow_table(columns=columns)
     return Tier.build(
@@ -225,9 +234,19 @@ def load_snapshot(manifest_path: str | os.PathLike[str]) -> TierTables:
     manifest = read_manifest(Path(manifest_path))
     dim = manifest.embedding_dim
     tiers = {}
-    for name, keyed_by_pair in (("pair_embeddings", True), ("user_embeddings", False), ("imputed_embeddings", False)):
+    for name, keys in TIER_TABLE_KEYS.items():
         spec = manifest.tables.get(name)
-        tiers[name] = load_tier(spec.path, spec.version, dim, keyed_by_pair) if spec else Tier.empty(dim, keyed_by_pair)
+        tiers[name] = load_tier(spec.path, spec.version, dim, keys) if spec else Tier.empty(dim, len(keys) == 2)
     return TierTables(
-        dim, tiers["pair_embeddings"], tiers["user_embeddings"], tiers["imputed_embeddings"], manifest.snapshot_id
+        dim, tiers["pair_embeddings"], tiers["user_embeddings"], tiers["imputed_embeddings"], manifest.snapshot_id,
+        tiers["item_embeddings"],
     )
+
+
+# Tier table -> the columns that key it (a snapshot without a tier's table serves that tier empty).
+TIER_TABLE_KEYS: dict[str, list[str]] = {
+    "pair_embeddings": ["user_id", "item_id"],
+    "user_embeddings": ["user_id"],
+    "imputed_embeddings": ["user_id"],
+    "item_embeddings": ["item_id"],
+}

@@ -81,7 +81,7 @@ def test_enrichment_runs_on_the_pair_embeddings_asset(dagbag):
     dag = dagbag.dags["solaris_enrichment"]
     assert dag.max_active_runs == 1
     assert dag.get_task("impute").upstream_task_ids == {"user_aggregates", "knn"}
-    assert dag.get_task("publish").upstream_task_ids == {"impute"}
+    assert dag.get_task("publish").upstream_task_ids == {"impute", "item_aggregates"}
     assert "triggering_asset_events" in dag.get_task("knn").application_args[1]
 
 

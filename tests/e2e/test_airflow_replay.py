@@ -51,7 +51,8 @@ def test_replay_then_precompute_and_enrichment_dags_run_every_task_to_success(tm
     as_of = {"as_of": "1998-03-01T02:00:00Z"}
     assert set(_dags_test("solaris_precompute", as_of, warehouse).values()) == {"success"}
     states = _dags_test("solaris_enrichment", as_of, warehouse)
-    assert states == {"user_aggregates": "success", "knn": "success", "impute": "success", "publish": "success"}
+    assert states == {"user_aggregates": "success", "knn": "success", "impute": "success", "item_aggregates": "success",
+                      "publish": "success"}
     latest = (warehouse / "snapshots" / "LATEST").read_text().strip()
     assert latest == "snapshot-19980301T020000Z.json"
     coverage = DeltaTable(str(warehouse / "runs")).to_pandas().query("job == 'coverage'")

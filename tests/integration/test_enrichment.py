@@ -1,4 +1,4 @@
-"""Tiers 2 and 3 on real Spark + Delta + FAISS: aggregates, KNN, imputation, publish, resolver."""
+"""Tiers 2-4 on real Spark + Delta + FAISS: aggregates, KNN, imputation, item aggregates, publish, resolver."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from solaris.jobs import publish, replay
-from solaris.serving.resolver import TIER_IMPUTED, TIER_PAIR, TIER_USER, Resolver
+from solaris.serving.resolver import TIER_IMPUTED, TIER_ITEM, TIER_PAIR, TIER_USER, Resolver
 from solaris.serving.snapshots import QualityGateError
 from solaris.storage.embedding_codec import decode
 from tests.world import T0, copy_world
@@ -32,7 +32,8 @@ def test_replay_fills_every_tier_and_coverage_grows_with_the_hierarchy(spark, re
     config, summary = replayed
     assert len(summary) == 2
     for tick in summary:
-        assert tick.coverage.cumulative(1) <= tick.coverage.cumulative(2) <= tick.coverage.cumulative(3)
+        assert (tick.coverage.cumulative(1) <= tick.coverage.cumulative(2) <= tick.coverage.cumulative(3)
+                <= tick.coverage.cumulative(4))
         assert tick.knn.k == 5 and 0 <= tick.knn.recall <= 1
     last = summary[-1]
     assert last.coverage.cumulative(3) > last.coverage.cumulative(1)
@@ -52,6 +53,26 @@ def test_user_aggregate_is_the_mean_of_the_windows_pair_embeddings(spark, replay
     np.testing.assert_allclose(decode([row.embedding], dim)[0], decode(latest.embedding.tolist(), dim).mean(axis=0),
                                rtol=1e-5, atol=1e-6)
     assert row.expires_at - row.computed_at == timedelta(hours=config.enrichment.ttl_hours)
+
+
+def test_item_aggregate_is_the_mean_over_users_and_serves_a_user_with_no_history(spark, replayed):
+    config, _ = replayed
+    dim = config.model.embedding_dim
+    items = _table(spark, config, "item_embeddings").toPandas()
+    assert len(items) and (items.n_pairs >= config.enrichment.item_min_pairs).all()
+    row = items.sort_values(["n_pairs", "item_id"]).iloc[-1]
+    log = _table(spark, config, "pair_embeddings_log").where(f"item_id = {row.item_id}").toPandas()
+    log = log[(log.computed_at > row.window_start) & (log.computed_at <= row.computed_at)]
+    latest = log.sort_values("computed_at").groupby("user_id").tail(1)  # one row per user of the item
+    assert len(latest) == row.n_pairs
+    np.testing.assert_allclose(decode([row.embedding], dim)[0], decode(latest.embedding.tolist(), dim).mean(axis=0),
+                               rtol=1e-5, atol=1e-6)
+    assert row.expires_at - row.computed_at == timedelta(hours=config.enrichment.item_ttl_hours)
+    resolver = Resolver.from_snapshots(config.warehouse / "snapshots")
+    never_seen_user = 10**12
+    emb, tier, _ = resolver.resolve([never_seen_user], [row.item_id], row.computed_at.to_pydatetime())
+    assert tier.tolist() == [TIER_ITEM]
+    np.testing.assert_array_equal(emb[0], decode([row.embedding], dim)[0])
 
 
 def test_neighbors_and_imputation_provenance(spark, replayed):

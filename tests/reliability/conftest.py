@@ -22,7 +22,7 @@ from tests.world import SMALL, T0, TEST_OVERRIDES, WORLD, copy_world, set_args, 
 
 # Every table a job of the hourly cycle writes (``runs`` is the audit log: checked separately).
 CYCLE_TABLES = ("candidates", "pair_embeddings", "pair_embeddings_log", "quarantine", "user_embeddings",
-                "user_neighbors", "imputed_embeddings")
+                "user_neighbors", "imputed_embeddings", "item_embeddings")
 
 
 @pytest.fixture(scope="session")

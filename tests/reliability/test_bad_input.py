@@ -117,7 +117,7 @@ def test_bad_checkpoint_or_config_is_refused_before_any_write(spark, fresh_world
 
 def test_every_written_embedding_is_finite(spark, fresh_world):
     config = fresh_world(source="served")  # after a full hourly cycle
-    for name in ("pair_embeddings", "user_embeddings", "imputed_embeddings"):
+    for name in ("pair_embeddings", "user_embeddings", "imputed_embeddings", "item_embeddings"):
         frame = spark.read.format("delta").load(config.table_path(name)).select("embedding").toPandas()
         vectors = decode(frame["embedding"].tolist(), config.model.embedding_dim)
         assert len(vectors) and np.isfinite(vectors).all(), name

@@ -34,7 +34,8 @@ def test_rerunning_each_stage_changes_no_table(spark, fresh_world):
     run_cycle(spark, config, as_of, stages=["publish"])
     before = checksums(spark, config)
     assert all(before[name] and before[name][0] > 0 for name in ("candidates", "pair_embeddings", "user_embeddings",
-                                                                  "user_neighbors", "imputed_embeddings"))
+                                                                  "user_neighbors", "imputed_embeddings",
+                                                                  "item_embeddings"))
     runs_before = _runs(spark, config)
     events = spark.read.format("delta").load(config.table_path("events")).where(
         f"ts > TIMESTAMP '{as_of:%Y-%m-%d %H:%M:%S}'").limit(300).toPandas()

@@ -80,7 +80,7 @@ def test_random_schedules_never_serve_expired_and_never_delete_live(spark, make_
             assert stored == set(model), f"step {step}: table keys differ from the model after expiry at {cutoff}"
         else:
             now = clock + timedelta(minutes=rng.randint(0, 400))
-            tier = load_tier(path, None, DIM, keyed_by_pair=True)
+            tier = load_tier(path, None, DIM, ["user_id", "item_id"])
             users = np.array([u for u in range(1, USERS + 1) for _ in range(ITEMS)], dtype=np.int64)
             items = np.array([i for _ in range(USERS) for i in range(1, ITEMS + 1)], dtype=np.int64)
             from solaris.serving.resolver import Tier, TierTables

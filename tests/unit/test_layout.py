@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("solaris", "solaris.errors", "solaris.timeutil", "solaris.config"),
+    ("solaris", "solaris.errors", "solaris.timeutil", "solaris.config", "solaris.tiers"),
     ("solaris.spark", "solaris.runtime", "solaris.storage"),
     ("solaris.ingest",),
     ("solaris.models",),

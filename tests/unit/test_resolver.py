@@ -6,6 +6,7 @@ import pytest
 
 from solaris.serving.resolver import (
     TIER_IMPUTED,
+    TIER_ITEM,
     TIER_NONE,
     TIER_PAIR,
     TIER_USER,
@@ -44,27 +45,45 @@ def test_value_at_exact_expiry_is_not_served():
     assert tier.tolist() == [TIER_PAIR]
 
 
+def test_item_tier_serves_a_brand_new_user_last():
+    t = NOW.timestamp()
+    tables = _tables()
+    items = Tier.build([np.array([10, 12])], [[7, 7], [8, 8]], [t - 2 * H] * 2, [t + H, t - 1])  # item 12 expired
+    tables = TierTables(tables.dim, tables.pairs, tables.users, tables.imputed, "snap-1", items)
+    emb, tier, age = tables.resolve([99, 99, 99, 1], [10, 12, 13, 10], NOW)
+    assert tier.tolist() == [TIER_ITEM, TIER_NONE, TIER_NONE, TIER_PAIR]  # a user with a pair keeps tier 1
+    np.testing.assert_array_equal(emb[:3], [[7, 7], [0, 0], [0, 0]])
+    assert age[0] == 2 * H
+    shares = coverage(tier)
+    assert shares["tier4"] == 0.25 and shares["cumulative_tier4"] == 0.5 and shares["cumulative_tier3"] == 0.25
+
+
 def test_random_schedules_never_return_expired_values():
+    """Every tier, the item tier included: nothing at or after its expiry, and the best servable tier wins."""
     rng = np.random.default_rng(0)
     for _ in range(50):
         n = 40
         t0 = NOW.timestamp()
-        expiries = t0 + rng.uniform(-3, 3, size=(3, n)) * H
+        expiries = t0 + rng.uniform(-3, 3, size=(4, n)) * H
         keys = np.arange(n)
+        items = rng.permutation(n)  # the item tier is keyed by item, not by the request's user
         tables = TierTables(
             1,
-            Tier.build([keys, keys], np.zeros((n, 1)), np.full(n, t0 - H), expiries[0]),
+            Tier.build([keys, items], np.zeros((n, 1)), np.full(n, t0 - H), expiries[0]),
             Tier.build([keys], np.ones((n, 1)), np.full(n, t0 - H), expiries[1]),
             Tier.build([keys], np.full((n, 1), 2.0), np.full(n, t0 - H), expiries[2]),
+            "snap",
+            Tier.build([items], np.full((n, 1), 3.0), np.full(n, t0 - H), expiries[3]),
         )
         now = NOW + timedelta(hours=float(rng.uniform(-2, 2)))
-        _, tier, _ = tables.resolve(keys, keys, now)
-        for code, row in ((TIER_PAIR, 0), (TIER_USER, 1), (TIER_IMPUTED, 2)):
+        vectors, tier, _ = tables.resolve(keys, items, now)
+        for code, row in ((TIER_PAIR, 0), (TIER_USER, 1), (TIER_IMPUTED, 2), (TIER_ITEM, 3)):
             served = tier == code
             assert (now.timestamp() < expiries[row][served]).all()
+            assert (vectors[served, 0] == row).all()
         # and the best servable tier always wins
-        best = np.where(now.timestamp() < expiries[0], 1, np.where(now.timestamp() < expiries[1], 2,
-                        np.where(now.timestamp() < expiries[2], 3, 0)))
+        live = now.timestamp() < expiries
+        best = np.select([live[0], live[1], live[2], live[3]], [1, 2, 3, 4], 0)
         np.testing.assert_array_equal(tier, best)
 
 
