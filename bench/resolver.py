@@ -1,9 +1,10 @@
 """Resolver latency: p50/p99 of ``resolve()`` for 100-pair requests, in-process.
 
-Builds a snapshot of realistic size in memory with every tier (default 2M pairs, 500k user
-aggregates, 500k imputed users, 40k of 50k items with an item aggregate, D=64), then times many
-100-pair requests mixing pair hits, user-only hits, imputed users and unknown users (served by the
-item tier or nothing). Prints the percentiles and the tier shares; the target is p99 < 0.5 ms.
+Builds a snapshot of realistic size in memory with every tier (default 2M pairs, 10 KNN neighbours
+for each of 1M users for the neighbour-pair tier, 500k user aggregates, 500k imputed users, 40k of
+50k items with an item aggregate, D=64), then times many 100-pair requests mixing pair hits,
+neighbour-pair hits, user-only hits, imputed users and unknown users (served by the item tier or
+nothing). Prints the percentiles and the tier shares; the target is p99 < 0.5 ms.
 
     .venv/bin/python bench/resolver.py --pairs 2000000 --requests 2000
 """
@@ -15,7 +16,7 @@ import time
 
 import numpy as np
 
-from solaris.serving.resolver import Tier, TierTables, coverage
+from solaris.serving.resolver import Neighbors, Tier, TierTables, coverage
 
 
 def main() -> None:
@@ -33,6 +34,12 @@ def main() -> None:
     pair_items = rng.integers(0, args.items, args.pairs)
     keys = np.unique(np.stack([pair_users, pair_items], axis=1), axis=0)
     item_aggregates = int(args.items * 0.8)
+    k = 10
+    graph_users = np.arange(2 * args.users)
+    neighbour_ids = rng.integers(0, args.users, (graph_users.size, k))
+    neighbour_ids[:, 0] = graph_users % args.users  # user u + users has user u as a neighbour
+    neighbors = Neighbors.build(graph_users, np.arange(graph_users.size + 1) * k, neighbour_ids.ravel(),
+                                rng.uniform(0.1, 1.0, graph_users.size * k).astype(np.float32))
     started = time.perf_counter()
     tables = TierTables(
         args.dim,
@@ -61,17 +68,21 @@ def main() -> None:
             np.full(item_aggregates, now - 1800),
             np.full(item_aggregates, now + 3600),
         ),
+        neighbors,
     )
     print(
-        f"snapshot: {len(keys):,} pairs, {args.users:,} aggregates, {args.users:,} imputed, "
+        f"snapshot: {len(keys):,} pairs, {graph_users.size:,} users x {k} neighbours, {args.users:,} aggregates, "
+        f"{args.users:,} imputed, "
         f"{item_aggregates:,} item aggregates, D={args.dim}; "
         f"built in {time.perf_counter() - started:.1f}s"
     )
     latencies, served = [], []
     for request in range(args.requests + 50):
         hits = rng.integers(0, len(keys), args.batch // 2)
-        users = np.concatenate([keys[hits, 0], rng.integers(0, 3 * args.users, args.batch - hits.size)])
-        items = np.concatenate([keys[hits, 1], rng.integers(0, args.items, args.batch - hits.size)])
+        borrowed = rng.integers(0, len(keys), args.batch // 5)  # a neighbour of the user has this pair
+        rest = args.batch - hits.size - borrowed.size
+        users = np.concatenate([keys[hits, 0], keys[borrowed, 0] + args.users, rng.integers(0, 3 * args.users, rest)])
+        items = np.concatenate([keys[hits, 1], keys[borrowed, 1], rng.integers(0, args.items, rest)])
         started = time.perf_counter()
         _, tiers, _ = tables.resolve(users, items, now)
         if request >= 50:  # warm-up

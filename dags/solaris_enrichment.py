@@ -5,11 +5,11 @@ Scheduled on the `solaris://pair_embeddings` Asset that every hourly precompute 
 run's `as_of` arrives in the Asset event's extra (or comes from the `as_of` Param of a manual
 trigger). Fills the coverage gaps left by direct precompute, then publishes a snapshot:
 
-1. **user_aggregates**: tier 2, mean of each user's pair embeddings computed in the last 24 h;
+1. **user_aggregates**: tier 3, mean of each user's pair embeddings computed in the last 24 h;
 2. **knn**: FAISS k-means centroids on a sample + per-cluster exact search over the FM's user
    representations; recall@k against exact search is logged and recorded in `runs`;
-3. **impute**: tier 3 for users without a servable aggregate, from their neighbours' aggregates;
-4. **item_aggregates**: tier 4, mean of each item's pair embeddings computed in the last 24 h (the
+3. **impute**: tier 4 for users without a servable aggregate, from their neighbours' aggregates;
+4. **item_aggregates**: tier 5, mean of each item's pair embeddings computed in the last 24 h (the
    only tier that can serve a user with no history), in parallel with the user tiers;
 5. **publish**: quality gate (counts, finite values, dimension, coverage not collapsed), then an
    atomic manifest pinning the Delta versions the resolver loads. A refused snapshot fails the

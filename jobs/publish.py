@@ -94,6 +94,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         SNAPSHOTS_DIR,
         Manifest,
         ManifestCoverage,
+        NeighborPairRule,
         QualityGateError,
         latest_manifest_path,
         quality_gate,
@@ -183,6 +184,9 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         tables=tables,
         row_counts=counts,
         coverage=ManifestCoverage(users_any_tier=coverage, users_known=n_known, users_covered=n_covered),
+        neighbor_pairs=NeighborPairRule(config.enrichment.neighbor_pair_min_neighbors,
+                                        config.enrichment.neighbor_pair_min_similarity)
+        if config.enrichment.neighbor_pairs else None,
     )
     manifest_path = write_manifest(directory, manifest, config.enrichment.snapshots_kept)
     record.rows_out = sum(counts.values())

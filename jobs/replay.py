@@ -2,7 +2,7 @@
 
 For each tick ``t`` in ``[--start, --end)`` (step ``--step-hours``): candidates -> score/verify/
 write -> hit rate against the requests that arrived in ``(t, t + horizon]`` -> expire -> user
-aggregates -> KNN -> impute -> publish -> coverage: the requests of ``(t, t + 1h]`` resolved
+aggregates -> KNN -> impute -> item aggregates -> publish -> coverage: the requests of ``(t, t + 1h]`` resolved
 through the published snapshot at their own timestamps, share served per tier. It is what
 the backfill/replay DAG and the demo run, and the engine of evaluations: every tick sees only
 events with ``ts <= t``, exactly like the live hourly DAG. Ticks already done (a ``success`` row in
@@ -20,6 +20,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+from solaris.tiers import SERVING_ORDER
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
@@ -88,7 +89,7 @@ def summary_line(cycle: CycleResult) -> str:
              f"requests={cycle.hit_rate.requests}", f"candidates_hit_rate={rate(cycle.hit_rate.candidates.hit_rate)}",
              f"verified_hit_rate={rate(cycle.hit_rate.verified.hit_rate)}",
              f"knn_recall_at_{cycle.knn.k}={cycle.knn.recall:.3f}"]
-    parts += [f"coverage_tiers1-{tier}={cycle.coverage.cumulative(tier):.3f}" for tier in (1, 2, 3, 4)]
+    parts += [f"coverage_tiers1-{tier}={cycle.coverage.cumulative(tier):.3f}" for tier in SERVING_ORDER]
     parts.append(f"seconds={cycle.total_seconds:.1f}")
     return " ".join(parts)
 

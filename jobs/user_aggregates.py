@@ -1,4 +1,4 @@
-"""Tier 2: per-user mean of the pair embeddings computed in the last 24 h.
+"""Tier 3: per-user mean of the pair embeddings computed in the last 24 h.
 
 At ``--as-of t``: reads ``pair_embeddings_log`` rows with ``t - window < computed_at <= t`` (the
 latest row per pair, so a pair re-scored every hour is not over-weighted), averages each user's
@@ -31,27 +31,36 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("solaris.user_aggregates")
 
-# user_embeddings, column order and types (the job selects and casts its output to it)
-SCHEMA = ("user_id long, embedding binary, n_pairs int, window_start timestamp, window_end timestamp, "
+# user_embeddings (and item_embeddings with item_id as the key), column order and types
+SCHEMA = ("{key} long, embedding binary, n_pairs int, window_start timestamp, window_end timestamp, "
           "computed_at timestamp, expires_at timestamp, fm_version string, run_id string")
 
 
 @dataclass(frozen=True)
 class UserAggregatesResult:
-    """Users whose tier-2 aggregate this run wrote, from how many pair embeddings, since when."""
+    """Users whose tier-3 aggregate this run wrote, from how many pair embeddings, since when."""
 
     users: int
     pairs: int
     window_start: str | None
 
 
+@dataclass(frozen=True)
+class WindowMeans:
+    """What :func:`write_window_means` wrote: keys (users or items) and the pair embeddings averaged."""
+
+    keys: int
+    pairs: int
+    version: int | None
+
+
 def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris user-aggregates", __doc__)
 
 
-def make_aggregator(dim: int, as_of_s: int, mode: str, half_life_hours: float,
-                    l2_normalize: bool) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function: rows sorted by user within the partition -> one row per user."""
+def make_aggregator(dim: int, key: str, as_of_s: int, mode: str, half_life_hours: float, l2_normalize: bool,
+                    min_pairs: int = 1) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function: rows sorted by ``key`` within the partition -> one row per key."""
 
     def aggregate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
@@ -60,67 +69,86 @@ def make_aggregator(dim: int, as_of_s: int, mode: str, half_life_hours: float,
         from solaris.enrichment.aggregates import aggregate_users, complete_groups
         from solaris.storage.embedding_codec import decode, encode_arrow
 
-        for table in complete_groups(batches, "user_id"):
-            result = aggregate_users(table.column("user_id").to_numpy(), decode(table.column("embedding"), dim),
+        for table in complete_groups(batches, key):
+            result = aggregate_users(table.column(key).to_numpy(), decode(table.column("embedding"), dim),
                                      table.column("computed_s").to_numpy(), as_of_s, mode, half_life_hours,
                                      l2_normalize)
-            if len(result.user_ids):
+            keep = result.n_pairs >= min_pairs
+            if keep.any():
                 yield pa.record_batch([
-                    pa.array(result.user_ids, pa.int64()), encode_arrow(result.embeddings),
-                    pa.array(result.n_pairs.astype(np.int32), pa.int32()),
-                    table.column("fm_version").take(pa.array(result.latest_row)).combine_chunks().cast(pa.string()),
-                ], names=["user_id", "embedding", "n_pairs", "fm_version"])
+                    pa.array(result.user_ids[keep], pa.int64()), encode_arrow(result.embeddings[keep]),
+                    pa.array(result.n_pairs[keep].astype(np.int32), pa.int32()),
+                    table.column("fm_version").take(pa.array(result.latest_row[keep])).combine_chunks()
+                    .cast(pa.string()),
+                ], names=[key, "embedding", "n_pairs", "fm_version"])
 
     return aggregate
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> UserAggregatesResult:
+def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, key: str,
+                       table: str, window_hours: float, ttl_hours: float, min_pairs: int = 1) -> WindowMeans:
+    """Mean pair embedding per ``key`` (``user_id`` or ``item_id``) over ``(as_of - window, as_of]``,
+    MERGEd into ``table`` on the key with ``expires_at = as_of + ttl``; the caller checked the log exists.
+
+    Shared by the user tier and the item tier: the same window, latest-row-per-pair and aggregation
+    rule, grouped by the other side of the pair.
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from solaris.storage.tables import RunRecord, merge_if_new_run, table_exists, table_version
+    from solaris.storage.tables import merge_if_new_run, table_version
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
+    other = "item_id" if key == "user_id" else "user_id"
+    window_start = as_of - timedelta(hours=window_hours)
+    expires_at = as_of + timedelta(hours=ttl_hours)
+    # One shuffle by key: the latest-row-per-pair window (partitioned by key, other) reuses it, and
+    # each task then aggregates whole runs of keys at once in numpy.
+    latest = Window.partitionBy(key, other).orderBy(F.col("computed_at").desc(), F.col("run_id").desc())
+    pairs = (
+        spark.read.format("delta").load(config.table_path("pair_embeddings_log"))
+        .where((F.col("computed_at") > F.lit(window_start)) & (F.col("computed_at") <= F.lit(as_of)))
+        .select("user_id", "item_id", "embedding", "computed_at", "fm_version", "run_id")
+        .repartition(key)
+        .withColumn("_rank", F.row_number().over(latest)).where("_rank = 1")
+        .select(key, other, "embedding", F.unix_seconds("computed_at").alias("computed_s"), "fm_version")
+        .sortWithinPartitions(key, other)
+    )
+    aggregator = make_aggregator(dim, key, int(as_of.timestamp()), enrichment.aggregation, enrichment.half_life_hours,
+                                 enrichment.l2_normalize, min_pairs)
+    means = pairs.mapInArrow(aggregator, f"{key} long, embedding binary, n_pairs int, fm_version string")
+    constants = {"window_start": window_start, "window_end": as_of, "computed_at": as_of, "expires_at": expires_at,
+                 "run_id": run_id}
+    columns = (column.split() for column in SCHEMA.format(key=key).split(", "))
+    rows = means.select(*[(F.lit(constants[name]) if name in constants else F.col(name)).cast(kind).alias(name)
+                          for name, kind in columns])
+    path = config.table_path(table)
+    merge_if_new_run(rows, path, keys=[key])
+    written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id)
+    stats = written.agg(F.count("*").alias("keys"), F.coalesce(F.sum("n_pairs"), F.lit(0)).alias("pairs")).collect()[0]
+    return WindowMeans(keys=int(stats["keys"]), pairs=int(stats["pairs"]), version=table_version(spark, path))
+
+
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> UserAggregatesResult:
+    from solaris.storage.tables import RunRecord, table_exists
+
+    enrichment = config.enrichment
     record = RunRecord(run_id=run_id, job="user_aggregates", as_of=as_of)
-    window_start = as_of - timedelta(hours=enrichment.window_hours)
-    expires_at = as_of + timedelta(hours=enrichment.ttl_hours)
     log_path = config.table_path("pair_embeddings_log")
     if not table_exists(spark, log_path):
         log.warning("no pair_embeddings_log yet at %s: no user aggregates", log_path)
         record.write(spark, config, "success")
         return UserAggregatesResult(users=0, pairs=0, window_start=None)
-    # One shuffle by user: the latest-row-per-pair window (partitioned by user, item) reuses it, and
-    # each task then aggregates whole runs of users at once in numpy.
-    latest = Window.partitionBy("user_id", "item_id").orderBy(F.col("computed_at").desc(), F.col("run_id").desc())
-    pairs = (
-        spark.read.format("delta").load(log_path)
-        .where((F.col("computed_at") > F.lit(window_start)) & (F.col("computed_at") <= F.lit(as_of)))
-        .select("user_id", "item_id", "embedding", "computed_at", "fm_version", "run_id")
-        .repartition("user_id")
-        .withColumn("_rank", F.row_number().over(latest)).where("_rank = 1")
-        .select("user_id", "item_id", "embedding", F.unix_seconds("computed_at").alias("computed_s"), "fm_version")
-        .sortWithinPartitions("user_id", "item_id")
-    )
-    aggregator = make_aggregator(dim, int(as_of.timestamp()), enrichment.aggregation, enrichment.half_life_hours,
-                                 enrichment.l2_normalize)
-    per_user = pairs.mapInArrow(aggregator, "user_id long, embedding binary, n_pairs int, fm_version string")
-    constants = {"window_start": window_start, "window_end": as_of, "computed_at": as_of, "expires_at": expires_at,
-                 "run_id": run_id}
-    aggregates = per_user.select(*[(F.lit(constants[name]) if name in constants else F.col(name)).cast(kind).alias(name)
-                                   for name, kind in (column.split() for column in SCHEMA.split(", "))])
-    path = config.table_path("user_embeddings")
-    merge_if_new_run(aggregates, path, keys=["user_id"])
-    written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id)
-    stats = written.agg(F.count("*").alias("users"), F.coalesce(F.sum("n_pairs"), F.lit(0)).alias("pairs")).collect()[0]
-    record.rows_out = int(stats["users"])
-    record.rows_in = int(stats["pairs"])
-    record.table_versions = {"user_embeddings": table_version(spark, path)}
-    result = UserAggregatesResult(users=int(stats["users"]), pairs=int(stats["pairs"]),
-                                  window_start=window_start.isoformat())
+    window_start = as_of - timedelta(hours=enrichment.window_hours)
+    means = write_window_means(spark, config, as_of, run_id, key="user_id", table="user_embeddings",
+                               window_hours=enrichment.window_hours, ttl_hours=enrichment.ttl_hours)
+    result = UserAggregatesResult(users=means.keys, pairs=means.pairs, window_start=window_start.isoformat())
+    record.rows_out, record.rows_in = means.keys, means.pairs
+    record.table_versions = {"user_embeddings": means.version}
     record.details = asdict(result)
     record.write(spark, config, "success")
     log.info("user aggregates at %s: %d users from %d pair embeddings computed since %s",
-             as_of, stats["users"], stats["pairs"], window_start)
+             as_of, means.keys, means.pairs, window_start)
     return result
 
 

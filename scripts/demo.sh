@@ -39,7 +39,8 @@ for as_of in sorted(hits.index):
     print(f"  {as_of:%Y-%m-%d %H:%M}Z  {h['candidates']} candidates, {h['verified']} verified | "
           f"{h['requests']} requests: hit {rate(h['candidates_hit_rate'])} / {rate(h['verified_hit_rate'])} | "
           f"coverage tier1 {rate(c.get('cumulative_tier1'))}, tiers1-2 {rate(c.get('cumulative_tier2'))}, "
-          f"tiers1-3 {rate(c.get('cumulative_tier3'))}, tiers1-4 {rate(c.get('cumulative_tier4'))}")
+          f"tiers1-3 {rate(c.get('cumulative_tier3'))}, tiers1-4 {rate(c.get('cumulative_tier4'))}, "
+          f"tiers1-5 {rate(c.get('cumulative_tier5'))}")
 knn = runs[runs.job == "knn"].sort_values("as_of")
 if len(knn):
     d = json.loads(knn.iloc[-1].details)

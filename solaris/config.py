@@ -212,7 +212,8 @@ class PrecomputeConfig(_Strict):
 
 
 class EnrichmentConfig(_Strict):
-    """Tiers 2-4: user aggregates over a window, KNN over FM user representations, imputation, item aggregates."""
+    """Tiers 2-5: neighbour pairs, user aggregates over a window, KNN over FM user representations, imputation,
+    item aggregates."""
 
     window_hours: float = Field(24, gt=0)  # user aggregate = mean of pair embeddings computed in this window
     aggregation: str = Field("mean", pattern="^(mean|recency)$")
@@ -228,6 +229,9 @@ class EnrichmentConfig(_Strict):
     knn_recall_sample: int = Field(500, ge=10)  # queries checked against exact search
     min_neighbors: int = Field(2, ge=1)
     min_similarity: float = Field(0.0, ge=-1, le=1)
+    neighbor_pairs: bool = True  # tier 2: serve a missing pair from the user's neighbours' pairs of that item
+    neighbor_pair_min_neighbors: int = Field(1, ge=1)  # neighbours with a servable (v, item) pair needed
+    neighbor_pair_min_similarity: float = Field(0.0, ge=-1, le=1)  # neighbours below this similarity are ignored
     item_window_hours: float = Field(24, gt=0)  # item tier = mean of the item's pair embeddings computed in this window
     item_ttl_hours: float = Field(6, gt=0)  # expires_at of item aggregates
     item_min_pairs: int = Field(2, ge=1)  # an item aggregate needs this many users' pair embeddings

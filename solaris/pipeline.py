@@ -78,15 +78,15 @@ PRECOMPUTE: tuple[Stage, ...] = (
     ),
 )
 ENRICHMENT: tuple[Stage, ...] = (
-    Stage("user_aggregates", "enrichment", (), "Tier 2: 24 h mean of each user's pair embeddings."),
+    Stage("user_aggregates", "enrichment", (), "Tier 3: 24 h mean of each user's pair embeddings."),
     Stage("knn", "enrichment", (), "FAISS clusters + KNN over FM user representations; recall@k in `runs`."),
     Stage(
         "impute",
         "enrichment",
         ("user_aggregates", "knn"),
-        "Tier 3: impute users without an aggregate from their neighbours.",
+        "Tier 4: impute users without an aggregate from their neighbours.",
     ),
-    Stage("item_aggregates", "enrichment", (), "Tier 4: 24 h mean of each item's pair embeddings (new users)."),
+    Stage("item_aggregates", "enrichment", (), "Tier 5: 24 h mean of each item's pair embeddings (new users)."),
     Stage("publish", "enrichment", ("impute", "item_aggregates"), "Quality gate, then the atomic snapshot manifest."),
 )
 CYCLE: tuple[Stage, ...] = PRECOMPUTE + ENRICHMENT

@@ -1,8 +1,12 @@
 """Serving-side lookup of precomputed embeddings, by tier (no Spark, no Airflow import).
 
 ``resolve(user_ids, item_ids, now)`` returns, for every request, the best *servable* value in tier
-order pair (1) -> user aggregate (2) -> KNN-imputed (3) -> item aggregate (4) -> none (0, zero
-vector), with its tier and age (codes in :mod:`solaris.tiers`). A value is servable iff
+order pair (1) -> neighbour pair (2) -> user aggregate (3) -> KNN-imputed user (4) -> item
+aggregate (5) -> none (0, zero vector), with its tier and age (codes in :mod:`solaris.tiers`).
+Tier 2 is computed here, at read time, from two pinned tables: for a missing pair (u, i), the
+similarity-weighted mean of the servable pair embeddings (v, i) of u's KNN neighbours v. Doing it
+at read time serves it for *any* requested item, where precomputing it would mean writing every
+(user, item of a neighbour) pair every hour, almost all never requested. A value is servable iff
 ``now < expires_at`` (docs/architecture.md §2) - checked here at read time, whatever the cleanup
 job has or has not deleted yet.
 
@@ -25,9 +29,18 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-from solaris.tiers import SERVING_ORDER, TIER_IMPUTED, TIER_ITEM, TIER_NONE, TIER_PAIR, TIER_USER
+from solaris.tiers import (
+    SERVING_ORDER,
+    TIER_IMPUTED,
+    TIER_ITEM,
+    TIER_NEIGHBOR_PAIR,
+    TIER_NONE,
+    TIER_PAIR,
+    TIER_USER,
+)
 
-__all__ = ["TIER_IMPUTED", "TIER_ITEM", "TIER_NONE", "TIER_PAIR", "TIER_USER", "Resolver", "Tier", "TierTables"]
+__all__ = ["TIER_IMPUTED", "TIER_ITEM", "TIER_NEIGHBOR_PAIR", "TIER_NONE", "TIER_PAIR", "TIER_USER", "Neighbors",
+           "Resolver", "Tier", "TierTables"]
 
 
 def _seconds(value: datetime | ArrayLike) -> np.ndarray:
@@ -60,7 +73,7 @@ def _key(users: np.ndarray, items: np.ndarray | None) -> np.ndarray:
 class Tier:
     """One tier's rows, sorted by a uint64 key for binary-search lookups (pairs keep both ids to
     confirm a hit, so a hash collision can only cost a miss, never a wrong value). A tier keyed by
-    one id holds it in ``users`` whether that id is a user (tiers 2, 3) or an item (tier 4)."""
+    one id holds it in ``users`` whether that id is a user (tiers 3, 4) or an item (tier 5)."""
 
     keys: np.ndarray  # uint64, sorted
     users: np.ndarray  # int64, in key order (the item id for the item tier)
@@ -106,8 +119,53 @@ class Tier:
 
 
 @dataclass(frozen=True)
+class Neighbors:
+    """Each user's KNN neighbours (``user_neighbors`` at a pinned version), for the neighbour-pair tier.
+
+    ``neighbor_ids`` is padded with -1 to ``k`` columns; a neighbour counts only if its similarity
+    is at least ``min_similarity``, and a pair is imputed only from at least ``min_neighbors`` of them.
+    """
+
+    user_ids: np.ndarray  # int64 [n], sorted
+    neighbor_ids: np.ndarray  # int64 [n, k], -1 = no neighbour
+    similarities: np.ndarray  # float32 [n, k]
+    min_neighbors: int = 1
+    min_similarity: float = 0.0
+
+    @classmethod
+    def build(cls, user_ids: ArrayLike, offsets: ArrayLike, flat_neighbor_ids: ArrayLike,
+              flat_similarities: ArrayLike, min_neighbors: int = 1, min_similarity: float = 0.0) -> "Neighbors":
+        """From list columns in Arrow's layout: user ``r``'s neighbours are ``flat[offsets[r]:offsets[r + 1]]``."""
+        users = np.asarray(user_ids, dtype=np.int64)
+        starts = np.asarray(offsets, dtype=np.int64)
+        lengths = np.diff(starts)
+        if lengths.size != users.size:
+            raise ValueError("offsets must have one entry more than user_ids")
+        k = int(lengths.max(initial=0))
+        rows = np.repeat(np.arange(users.size), lengths)
+        columns = np.arange(int(lengths.sum())) - np.repeat(starts[:-1] - starts[0], lengths)
+        flat = slice(int(starts[0]) if starts.size else 0, int(starts[-1]) if starts.size else 0)
+        ids = np.full((users.size, k), -1, dtype=np.int64)
+        sims = np.full((users.size, k), -np.inf, dtype=np.float32)
+        ids[rows, columns] = np.asarray(flat_neighbor_ids, dtype=np.int64)[flat]
+        sims[rows, columns] = np.asarray(flat_similarities, dtype=np.float32)[flat]
+        order = np.argsort(users, kind="stable")
+        if users.size and (np.diff(users[order]) == 0).any():
+            raise ValueError("one neighbour row per user")
+        return cls(users[order], ids[order], sims[order], min_neighbors, min_similarity)
+
+    def find(self, users: np.ndarray) -> np.ndarray:
+        """Row of each user, -1 when the user has no neighbour row."""
+        if not self.user_ids.size:
+            return np.full(users.size, -1, dtype=np.int64)
+        position = np.minimum(np.searchsorted(self.user_ids, users), self.user_ids.size - 1)
+        return np.where(self.user_ids[position] == users, position, -1)
+
+
+@dataclass(frozen=True)
 class TierTables:
-    """An immutable serving snapshot: the tiers of one published manifest (``item_side`` keyed by item)."""
+    """An immutable serving snapshot: the tiers of one published manifest (``item_side`` keyed by
+    item; ``neighbors`` turns the pair tier into the neighbour-pair tier)."""
 
     dim: int
     pairs: Tier
@@ -115,10 +173,44 @@ class TierTables:
     imputed: Tier
     snapshot_id: str = ""
     item_side: Tier | None = None
+    neighbors: Neighbors | None = None
 
     def _tier(self, code: int) -> Tier | None:
         return {TIER_PAIR: self.pairs, TIER_USER: self.users, TIER_IMPUTED: self.imputed,
                 TIER_ITEM: self.item_side}[code]
+
+    def _neighbor_pairs(
+        self, users: np.ndarray, items: np.ndarray, now_s: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Tier 2 for the given requests -> (found mask, embeddings [m, D], age of the newest row used)."""
+        n = users.size
+        found = np.zeros(n, dtype=bool)
+        out = np.zeros((n, self.dim), dtype=np.float32)
+        age = np.full(n, np.nan)
+        graph = self.neighbors
+        if graph is None or not n or len(self.pairs) == 0 or graph.neighbor_ids.shape[1] == 0:
+            return found, out, age
+        row = graph.find(users)
+        asked = np.flatnonzero(row >= 0)
+        neighbours = graph.neighbor_ids[row[asked]]  # [m, k]
+        weights = graph.similarities[row[asked]].astype(np.float64)
+        k = neighbours.shape[1]
+        position = self.pairs.find(neighbours.ravel(), np.repeat(items[asked], k)).reshape(-1, k)
+        safe = np.maximum(position, 0)
+        usable = ((position >= 0) & (neighbours >= 0) & (weights >= graph.min_similarity) & (weights > 0)
+                  & (np.repeat(now_s[asked], k).reshape(-1, k) < self.pairs.expires_at[safe]))
+        enough = usable.sum(axis=1) >= graph.min_neighbors
+        if not enough.any():
+            return found, out, age
+        w = np.where(usable, weights, 0.0)[enough]
+        vectors = self.pairs.embeddings[safe[enough]].astype(np.float64)  # [m', k, D]
+        mean = (w[:, :, None] * vectors).sum(axis=1) / w.sum(axis=1, keepdims=True)
+        newest = np.where(usable[enough], self.pairs.computed_at[safe[enough]], -np.inf).max(axis=1)
+        target = asked[enough]
+        found[target] = True
+        out[target] = mean.astype(np.float32)
+        age[target] = now_s[target] - newest
+        return found, out, age
 
     def resolve(
         self, user_ids: ArrayLike, item_ids: ArrayLike, now: datetime | ArrayLike
@@ -138,8 +230,13 @@ class TierTables:
         tier = np.zeros(n, dtype=np.int8)
         age = np.full(n, np.nan, dtype=np.float64)
         for code in SERVING_ORDER:
-            table = self._tier(code)
             open_rows = tier == TIER_NONE
+            if code == TIER_NEIGHBOR_PAIR:
+                asked = np.flatnonzero(open_rows)
+                found, vectors, ages = self._neighbor_pairs(users[asked], items[asked], now_s[asked])
+                out[asked[found]], tier[asked[found]], age[asked[found]] = vectors[found], code, ages[found]
+                continue
+            table = self._tier(code)
             if table is None or not open_rows.any() or len(table) == 0:
                 continue
             position = table.find(items, items) if code == TIER_ITEM else table.find(users, items)
@@ -237,10 +334,28 @@ def load_snapshot(manifest_path: str | os.PathLike[str]) -> TierTables:
     for name, keys in TIER_TABLE_KEYS.items():
         spec = manifest.tables.get(name)
         tiers[name] = load_tier(spec.path, spec.version, dim, keys) if spec else Tier.empty(dim, len(keys) == 2)
+    graph = manifest.tables.get("user_neighbors")
+    neighbors = None
+    if graph is not None and manifest.neighbor_pairs is not None:
+        neighbors = load_neighbors(graph.path, graph.version, manifest.neighbor_pairs.min_neighbors,
+                                   manifest.neighbor_pairs.min_similarity)
     return TierTables(
         dim, tiers["pair_embeddings"], tiers["user_embeddings"], tiers["imputed_embeddings"], manifest.snapshot_id,
-        tiers["item_embeddings"],
+        tiers["item_embeddings"], neighbors,
     )
+
+
+def load_neighbors(path: str, version: int | None, min_neighbors: int, min_similarity: float) -> Neighbors:
+    """``user_neighbors`` at a pinned version (deltalake, no Spark) as a :class:`Neighbors` lookup."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path, version=version).to_pyarrow_table(columns=["user_id", "neighbor_ids", "similarities"])
+    ids = table["neighbor_ids"].combine_chunks()
+    sims = table["similarities"].combine_chunks()
+    if not (ids.offsets.to_numpy() == sims.offsets.to_numpy()).all():
+        raise ValueError(f"{path}: neighbor_ids and similarities differ in length for some user")
+    return Neighbors.build(table["user_id"].to_numpy(), ids.offsets.to_numpy(), ids.values.to_numpy(),
+                           sims.values.to_numpy(), min_neighbors, min_similarity)
 
 
 # Tier table -> the columns that key it (a snapshot without a tier's table serves that tier empty).

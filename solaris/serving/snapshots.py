@@ -42,6 +42,14 @@ class ManifestCoverage:
 
 
 @dataclass(frozen=True)
+class NeighborPairRule:
+    """How the resolver imputes a missing pair from the user's neighbours (tier 2), fixed at publish."""
+
+    min_neighbors: int
+    min_similarity: float
+
+
+@dataclass(frozen=True)
 class Manifest:
     """One published snapshot: what the serving layer loads, pinned to Delta versions."""
 
@@ -53,6 +61,7 @@ class Manifest:
     tables: dict[str, PinnedTable] = field(default_factory=dict)
     row_counts: dict[str, int] = field(default_factory=dict)
     coverage: ManifestCoverage | None = None
+    neighbor_pairs: NeighborPairRule | None = None  # None: the neighbour-pair tier is off
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
@@ -82,6 +91,10 @@ class Manifest:
                 tables=tables,
                 row_counts={str(k): int(v) for k, v in dict(raw.get("row_counts", {})).items()},
                 coverage=coverage,
+                neighbor_pairs=None if raw.get("neighbor_pairs") is None else NeighborPairRule(
+                    min_neighbors=int(raw["neighbor_pairs"]["min_neighbors"]),
+                    min_similarity=float(raw["neighbor_pairs"]["min_similarity"]),
+                ),
             )
         except KeyError as missing:
             raise ValueError(f"manifest field {missing} is missing") from None

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from solaris.jobs import publish, replay
-from solaris.serving.resolver import TIER_IMPUTED, TIER_ITEM, TIER_PAIR, TIER_USER, Resolver
+from solaris.serving.resolver import TIER_IMPUTED, TIER_ITEM, TIER_NEIGHBOR_PAIR, TIER_PAIR, TIER_USER, Resolver
 from solaris.serving.snapshots import QualityGateError
 from solaris.storage.embedding_codec import decode
 from tests.world import T0, copy_world
@@ -103,6 +103,31 @@ def test_resolver_serves_the_published_snapshot_with_tiers(spark, replayed):
     _, tier, _ = resolver.resolve(users, np.full(len(users), -1), now)
     assert set(tier.tolist()) <= {TIER_USER, TIER_IMPUTED}
     assert resolver.reload_if_newer(snapshots) is False
+
+
+def test_neighbour_pair_tier_serves_the_neighbours_pairs_of_the_requested_item(spark, replayed):
+    config, _ = replayed
+    dim = config.model.embedding_dim
+    resolver = Resolver.from_snapshots(config.warehouse / "snapshots")
+    now = T0 + timedelta(hours=1, minutes=30)
+    live = f"expires_at > TIMESTAMP '{now:%Y-%m-%d %H:%M:%S}'"
+    pairs = _table(spark, config, "pair_embeddings").where(live).toPandas()
+    neighbours = _table(spark, config, "user_neighbors").toPandas()
+    own = set(zip(pairs.user_id, pairs.item_id))
+    by_user = {user: group for user, group in pairs.groupby("user_id")}
+    for user, ids, sims in zip(neighbours.user_id, neighbours.neighbor_ids, neighbours.similarities):
+        borrowed = [(v, s, row) for v, s in zip(ids, sims) if s > 0 and v in by_user
+                    for row in by_user[v].itertuples() if (user, row.item_id) not in own]
+        if borrowed:
+            item = borrowed[0][2].item_id
+            break
+    else:
+        pytest.fail("no user whose neighbour has a pair the user lacks: the world is too small for this test")
+    used = [(s, decode([row.embedding], dim)[0]) for v, s, row in borrowed if row.item_id == item]
+    expected = sum(s * e for s, e in used) / sum(s for s, _ in used)
+    emb, tier, age = resolver.resolve([user], [item], now)
+    assert tier.tolist() == [TIER_NEIGHBOR_PAIR] and age[0] > 0
+    np.testing.assert_allclose(emb[0], expected, rtol=1e-5, atol=1e-6)
 
 
 def test_publish_gate_refuses_nan_embeddings_and_keeps_latest(spark, replayed):

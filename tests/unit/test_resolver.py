@@ -7,9 +7,11 @@ import pytest
 from solaris.serving.resolver import (
     TIER_IMPUTED,
     TIER_ITEM,
+    TIER_NEIGHBOR_PAIR,
     TIER_NONE,
     TIER_PAIR,
     TIER_USER,
+    Neighbors,
     Resolver,
     Tier,
     TierTables,
@@ -55,7 +57,32 @@ def test_item_tier_serves_a_brand_new_user_last():
     np.testing.assert_array_equal(emb[:3], [[7, 7], [0, 0], [0, 0]])
     assert age[0] == 2 * H
     shares = coverage(tier)
-    assert shares["tier4"] == 0.25 and shares["cumulative_tier4"] == 0.5 and shares["cumulative_tier3"] == 0.25
+    assert shares["tier5"] == 0.25 and shares["cumulative_tier5"] == 0.5 and shares["cumulative_tier4"] == 0.25
+
+
+def _graph(users, neighbours, similarities, **rule):
+    lengths = [len(n) for n in neighbours]
+    offsets = np.r_[0, np.cumsum(lengths)]
+    return Neighbors.build(users, offsets, np.concatenate(neighbours), np.concatenate(similarities), **rule)
+
+
+def test_neighbour_pair_is_the_similarity_weighted_mean_of_the_neighbours_pairs_of_that_item():
+    t = NOW.timestamp()
+    # pairs of users 1 and 2 for item 10 (and user 2 for item 11, expired); user 7 has neither
+    pairs = Tier.build([np.array([1, 2, 2]), np.array([10, 10, 11])], [[1, 0], [0, 1], [5, 5]],
+                       [t - 3 * H, t - H, t - H], [t + H, t + H, t - 1])
+    graph = _graph([7, 8], [np.array([1, 2, 3]), np.array([3])], [np.array([0.9, 0.3, 0.8]), np.array([0.5])])
+    empty = Tier.empty(2, False)
+    tables = TierTables(2, pairs, empty, empty, "snap", None, graph)
+    emb, tier, age = tables.resolve([7, 7, 8, 1], [10, 11, 10, 10], NOW)
+    assert tier.tolist() == [TIER_NEIGHBOR_PAIR, TIER_NONE, TIER_NONE, TIER_PAIR]  # (2, 11) expired; 3 has no pair
+    np.testing.assert_allclose(emb[0], [0.9 / 1.2, 0.3 / 1.2], rtol=1e-6)
+    assert age[0] == H  # the newest pair used
+    strict = TierTables(2, pairs, empty, empty, "snap", None,
+                        _graph([7], [np.array([1, 2])], [np.array([0.9, 0.3])], min_neighbors=2, min_similarity=0.5))
+    assert strict.resolve([7], [10], NOW)[1].tolist() == [TIER_NONE]  # only one neighbour clears 0.5
+    with pytest.raises(ValueError, match="one neighbour row per user"):
+        _graph([7, 7], [np.array([1]), np.array([2])], [np.array([0.5]), np.array([0.5])])
 
 
 def test_random_schedules_never_return_expired_values():
@@ -67,23 +94,29 @@ def test_random_schedules_never_return_expired_values():
         expiries = t0 + rng.uniform(-3, 3, size=(4, n)) * H
         keys = np.arange(n)
         items = rng.permutation(n)  # the item tier is keyed by item, not by the request's user
+        # user u's only neighbour is u + n, whose pair (u + n, item of u) has its own expiry
+        neighbour_expiry = t0 + rng.uniform(-3, 3, size=n) * H
+        pair_users, pair_items = np.r_[keys, keys + n], np.r_[items, items]
         tables = TierTables(
             1,
-            Tier.build([keys, items], np.zeros((n, 1)), np.full(n, t0 - H), expiries[0]),
+            Tier.build([pair_users, pair_items], np.r_[np.zeros(n), np.full(n, 7.0)][:, None],
+                       np.full(2 * n, t0 - H), np.r_[expiries[0], neighbour_expiry]),
             Tier.build([keys], np.ones((n, 1)), np.full(n, t0 - H), expiries[1]),
             Tier.build([keys], np.full((n, 1), 2.0), np.full(n, t0 - H), expiries[2]),
             "snap",
             Tier.build([items], np.full((n, 1), 3.0), np.full(n, t0 - H), expiries[3]),
+            _graph(keys, [np.array([u + n]) for u in keys], [np.array([0.5])] * n),
         )
         now = NOW + timedelta(hours=float(rng.uniform(-2, 2)))
         vectors, tier, _ = tables.resolve(keys, items, now)
-        for code, row in ((TIER_PAIR, 0), (TIER_USER, 1), (TIER_IMPUTED, 2), (TIER_ITEM, 3)):
+        live = now.timestamp() < np.vstack([expiries[0], neighbour_expiry, expiries[1:]])
+        for code, value in ((TIER_PAIR, 0), (TIER_NEIGHBOR_PAIR, 7), (TIER_USER, 1), (TIER_IMPUTED, 2),
+                            (TIER_ITEM, 3)):
             served = tier == code
-            assert (now.timestamp() < expiries[row][served]).all()
-            assert (vectors[served, 0] == row).all()
+            assert live[code - 1][served].all()  # nothing at or after its expiry, in any tier
+            assert (vectors[served, 0] == value).all()
         # and the best servable tier always wins
-        live = now.timestamp() < expiries
-        best = np.select([live[0], live[1], live[2], live[3]], [1, 2, 3, 4], 0)
+        best = np.select(list(live), [1, 2, 3, 4, 5], 0)
         np.testing.assert_array_equal(tier, best)
 
 
