@@ -19,16 +19,18 @@ fewer tiers), ``solaris_distilled`` (tiers 1-3).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from solaris.models import metrics
+from solaris.timeutil import utc_stamp
 
 if TYPE_CHECKING:  # pragma: no cover
     from solaris.config import SolarisConfig
@@ -85,6 +87,11 @@ class EvaluationWindow:
         index = np.ceil((ts - start) / step).astype(np.int64) - 1
         n_ticks = len(self.ticks())
         return np.where((ts > start) & (ts <= self.end.timestamp()) & (index < n_ticks), index, -1)
+
+
+def default_name(t0s: Iterable[datetime]) -> str:
+    """Output folder of an evaluation: ``t0-<stamp>[_<stamp>...]`` of its windows."""
+    return "t0-" + "_".join(utc_stamp(t) for t in t0s)
 
 
 def served_up_to_tier(vectors: np.ndarray, tiers: np.ndarray, max_tier: int) -> tuple[np.ndarray, np.ndarray]:
@@ -165,29 +172,47 @@ def aggregate_seeds(seed_results: list[dict]) -> dict:
     return out
 
 
-def seed_fingerprint(t0: datetime, config: SolarisConfig) -> dict:
-    """Everything one seed's result depends on (JSON-plain), to know when a saved one is reusable."""
-    return json.loads(
-        json.dumps(
-            {
-                "t0": t0.isoformat(),
-                "evaluation": config.evaluation.model_dump(),
-                "model": config.model.model_dump(),
-                "precompute": config.precompute.model_dump(),
-                "enrichment": config.enrichment.model_dump(),
-            },
-            default=str,
-        )
-    )
+# Settings each cached step depends on, as dotted paths into the config. A step is reused only
+# when the fingerprint of these settings, its as-of, its seed and its input data all match.
+STEP_SETTINGS: dict[str, tuple[str, ...]] = {
+    "fm": ("model.embedding_dim", "model.history_length", "model.fm", "model.training"),
+    "vm_baseline": ("model.embedding_dim", "model.history_length", "model.vm", "model.training"),
+    # the teacher (cross-fitted fold FMs or the served FM) shapes the soft labels: FM settings count
+    "vm_distilled": ("model.embedding_dim", "model.history_length", "model.vm", "model.fm", "model.training",
+                     "model.distillation"),
+    # the replayed tables also depend on the models, through their checkpoint versions (content hashes)
+    "replay": ("model.embedding_dim", "model.history_length", "precompute", "enrichment", "tables",
+               "evaluation.tail_hours", "evaluation.eval_hours", "evaluation.step_hours"),
+    # a seed's result: everything above plus how the variants are fine-tuned and scored
+    "seed": ("model", "precompute", "enrichment", "tables", "evaluation.tail_hours", "evaluation.eval_hours",
+             "evaluation.step_hours", "evaluation.finetune_batch_size"),
+}
 
 
-def same_settings(saved: dict | None, current: dict) -> bool:
-    """Equal fingerprints, ignoring how many seeds the evaluation runs (a seed's result does not
-    depend on it: adding or dropping seeds reuses the finished ones)."""
+def _setting(config: SolarisConfig, dotted: str) -> Any:
+    node: Any = config
+    for key in dotted.split("."):
+        node = getattr(node, key)
+    return node.model_dump(mode="json") if hasattr(node, "model_dump") else node
 
-    def strip(fingerprint: dict) -> dict:
-        plain = json.loads(json.dumps(fingerprint, default=str))
-        plain.get("evaluation", {}).pop("seeds", None)
-        return plain
 
-    return saved is not None and strip(saved) == strip(current)
+def step_fingerprint(config: SolarisConfig, step: str, **inputs: Any) -> str:
+    """Hash of the settings ``step`` depends on (:data:`STEP_SETTINGS`) and its other inputs.
+
+    ``inputs`` are the as-of, the seed, the data digest, upstream checkpoint versions: anything
+    JSON-plain. Two runs share a cached result exactly when their fingerprints are equal.
+    """
+    if step not in STEP_SETTINGS:
+        raise ValueError(f"unknown step {step!r}; expected one of {sorted(STEP_SETTINGS)}")
+    settings = {dotted: _setting(config, dotted) for dotted in STEP_SETTINGS[step]}
+    text = json.dumps({"step": step, "settings": settings, "inputs": inputs}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
+
+
+def events_digest(user_id: np.ndarray, item_id: np.ndarray, ts: np.ndarray, label: np.ndarray) -> str:
+    """Content hash of an event window (ids, times, labels): a re-ingest or an edit changes it."""
+    digest = hashlib.sha256()
+    for array, dtype in ((user_id, np.int64), (item_id, np.int64), (ts, np.int64), (label, np.float32)):
+        digest.update(np.ascontiguousarray(array, dtype=dtype).tobytes())
+    digest.update(str(np.asarray(ts).size).encode())
+    return digest.hexdigest()[:20]
