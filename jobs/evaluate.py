@@ -1,26 +1,32 @@
-"""Knowledge-transfer evaluation on a time split: replay SOLARIS, score every variant, report.
+"""Knowledge-transfer evaluation on time splits: replay SOLARIS, score every variant, decide with intervals.
 
-With ``--as-of T0`` (the split), for each seed:
+Windows: the T0s given (``--as-of T0 [T0 ...]`` or ``evaluation.t0s``), each refused with a one-line
+reason below ``evaluation.min_requests`` / ``min_users`` / ``min_training_events``; with none given,
+the ``evaluation.windows`` densest non-overlapping windows of the data (most distinct requesting
+users first). For each window and seed (docs/evaluation.md):
 
-1. train the serving FM and the verifier (baseline VM) on events up to ``T0 - tail``, and a
-   distilled VM on the same events with cross-fitted FM soft labels;
-2. replay the hourly precompute + enrichment over ``[T0 - tail, T0 + eval)`` exactly as the
-   schedule runs it (candidates -> score/verify -> hit rate -> expire -> user aggregates -> KNN
-   -> impute -> publish, ``as_of = tick``), in the seed's own warehouse folder;
-3. resolve every request of ``(tick, tick + 1h]`` through the snapshot published at ``tick``
-   (the resolver: only what serving would have held, TTL and coverage gaps included);
-4. fine-tune the VM variants on the tail's requests, warm-started from step 1: baseline,
-   distilled (soft labels of the serving FM, which never saw the tail), VM+SOLARIS (served FM
-   embedding + tier as input), VM+SOLARIS+distilled;
-5. score the requests of ``(T0, T0 + eval]`` with the FM (upper bound), every VM variant, and
-   VM+SOLARIS fed tier 1 only / tiers 1-2 / tiers 1-3.
+1. ``train_models``: the serving FM, the verifier (baseline VM) and a distilled VM
+   (``model.distillation.teacher``) on events up to ``T0 - tail``;
+2. ``replay_window``: the hourly precompute + enrichment over ``[T0 - tail, T0 + eval)`` exactly as
+   the schedule runs it, in the seed's own warehouse folder;
+3. ``serve_requests``: every request of ``(tick, tick + 1h]`` resolved through the snapshot
+   published at ``tick`` (only what serving would have held);
+4. ``fine_tune``: the VM variants fine-tuned on the tail's requests, warm-started from step 1;
+5. ``predict_scored``: the requests of ``(T0, T0 + eval]`` scored by the FM (upper bound), every VM
+   variant, and VM+SOLARIS fed tier 1 only / tiers 1-2 / tiers 1-3;
+6. ``score_seed``: metrics, coverage, hit rates and costs.
 
-Writes ``<warehouse>/evaluation/<name>/``: ``metrics.json`` (mean ± std over seeds and per
-seed), ``report.md`` and PNG plots. A finished seed is kept (``seed-<n>/result.json``) and
-skipped on rerun; ``--force`` recomputes. ``--quick`` is the CI-sized preset.
+Then 95 % intervals by bootstrap over users, paired across variants, pooled over seeds and windows
+(``solaris.evaluation.bootstrap``). Writes ``<warehouse>/evaluation/<name>/``: ``metrics.json``,
+``report.md`` (opening with verdict lines) and PNG plots.
 
-    solaris evaluate --as-of 2000-12-01T00:00:00Z
-    solaris evaluate --as-of 1998-03-01T00:00:00Z --quick
+Reuse: a checkpoint, a replay or a seed's result is reused only when its fingerprint matches (the
+config sections it depends on, as-of, seed, a digest of the events, upstream model versions);
+anything else is recomputed. ``--force`` recomputes everything; ``--quick`` is the CI preset.
+
+    solaris evaluate                                    # the densest window(s) of the data
+    solaris evaluate --as-of 2000-11-20T03:00:00Z 2000-08-03T04:00:00Z
+    solaris evaluate --as-of 2026-01-03T12:00:00Z --quick
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, cast
 
@@ -40,8 +47,6 @@ from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_pa
 from solaris.timeutil import utc_stamp
 
 if TYPE_CHECKING:  # pragma: no cover
-    from datetime import datetime
-
     import pandas as pd
     from pyspark.sql import SparkSession
     from torch import nn
@@ -54,12 +59,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("solaris.evaluate")
 
+END_OF_TIME = datetime(9999, 12, 31, tzinfo=timezone.utc)  # read every event (window choice needs them all)
 SCORED_FILE = "scored.npz"  # per seed: every variant's predictions on the scored requests (for the bootstrap)
 
 # CI-sized evaluation: few ticks, one epoch, two seeds (so mean ± std still means something).
 QUICK_OVERRIDES = [
     "evaluation.seeds=2", "evaluation.tail_hours=3", "evaluation.eval_hours=2", "model.training.max_epochs=1",
-    "enrichment.knn_recall_sample=50", "evaluation.bootstrap_resamples=200",
+    "enrichment.knn_recall_sample=50", "evaluation.bootstrap_resamples=200", "evaluation.min_requests=100",
+    "evaluation.min_users=20", "evaluation.min_training_events=1000",
 ]
 
 
@@ -67,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = job_parser("solaris evaluate", __doc__, with_as_of=False)
     parser.add_argument(
         "--as-of", type=as_of_arg, nargs="+", dest="as_of",
-        help="T0 of each window: end of training, start of its scored window (default: evaluation.t0s)",
+        help="T0 of each window: end of training, start of its scored window (default: evaluation.t0s, else the "
+        "densest evaluation.windows windows of the data)",
     )
     parser.add_argument("--name", help="output folder under <warehouse>/evaluation (default: t0-<T0>)")
     parser.add_argument("--quick", action="store_true", help="CI preset: " + " ".join(QUICK_OVERRIDES))
@@ -513,14 +521,37 @@ def _replay_figures(
     }
 
 
-def _window_t0s(config: SolarisConfig, t0s: list[datetime] | None) -> list[datetime]:
-    """T0s given on the command line, else ``evaluation.t0s`` of the config."""
-    chosen = list(t0s or config.evaluation.t0s)
-    if not chosen:
-        from solaris.runtime import JobInputError
+def choose_windows(config: SolarisConfig, events: EventArrays, t0s: list[datetime] | None) -> list[datetime]:
+    """T0s given (``--as-of``, else ``evaluation.t0s``), each checked against the minimums; or, with
+    none given, the densest non-overlapping windows of the data (:func:`densest_windows`)."""
+    from solaris.evaluation import protocol as evaluation
+    from solaris.runtime import JobInputError
 
-        raise JobInputError("no T0: pass --as-of T0 [T0 ...] or set evaluation.t0s")
-    return sorted(chosen)
+    settings = config.evaluation
+    minimums = (settings.min_requests, settings.min_users, settings.min_training_events)
+    given = sorted(t0s or settings.t0s)
+    if given:
+        for t0 in given:
+            density = evaluation.density_at(events.ts, events.user_id, t0, settings.tail_hours, settings.eval_hours)
+            reason = density.refusal(*minimums)
+            if reason:
+                raise JobInputError(reason)
+            log.info("window T0 %s: %d scored requests from %d users", t0, density.requests, density.users)
+        return given
+    picked = evaluation.densest_windows(
+        events.ts, events.user_id, settings.tail_hours, settings.eval_hours, settings.step_hours,
+        settings.windows, *minimums,
+    )
+    if not picked:
+        raise JobInputError(
+            f"no {settings.eval_hours:g} h window with >= {settings.min_requests:,} requests from >= "
+            f"{settings.min_users:,} users after >= {settings.min_training_events:,} events; lower "
+            "evaluation.min_requests / min_users or pass --as-of"
+        )
+    for density in picked:
+        log.info("densest window T0 %s: %d scored requests from %d users", density.t0, density.requests,
+                 density.users)
+    return [density.t0 for density in picked]
 
 
 def _saved_seed(seed_dir: Path, fingerprint: str) -> tuple[dict, dict[str, np.ndarray]] | None:
@@ -560,12 +591,13 @@ def run(
     from solaris.models.features import training_features
 
     settings = config.evaluation
-    chosen = _window_t0s(config, [t0s] if isinstance(t0s, datetime) else t0s)
+    events = _arrays(spark, config, END_OF_TIME)
+    chosen = choose_windows(config, events, [t0s] if isinstance(t0s, datetime) else t0s)
     windows = [evaluation.EvaluationWindow(t, settings.tail_hours, settings.eval_hours, settings.step_hours)
                for t in chosen]
     out_dir = config.resolve_under_warehouse(Path(settings.output) / (name or evaluation.default_name(chosen)))
     out_dir.mkdir(parents=True, exist_ok=True)
-    events = _arrays(spark, config, max(w.end for w in windows))
+    events = events.select(np.flatnonzero(events.ts <= max(w.end for w in windows).timestamp()))
     features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
     seeds = list(range(config.seed, config.seed + settings.seeds))
     results, scored_sets, wall = [], [], time.monotonic()
@@ -648,24 +680,20 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
         spark = get_spark(config, "evaluate")
         summary = run(spark, config, args.as_of, args.name, args.force)
-        from solaris.evaluation.protocol import TRANSFER_VARIANTS
+        from solaris.evaluation.report import verdict_lines
 
-        for name, row in summary["variants"].items():
-            ne, tr, pooled = row["ne"], row["transfer_ratio"], row["transfer_ratio_pooled"]
-            ratio = ""
-            if name in TRANSFER_VARIANTS:
-                ratio = (
-                    "  transfer "
-                    + ("n/a" if pooled != pooled else f"{pooled:+.3f}")
-                    + ("" if tr["mean"] is None else f" (per seed {tr['mean']:+.3f} ± {tr['std']:.3f}, n={tr['n']})")
-                )
-            print(f"{name:<20} NE {ne['mean']:.4f} ± {ne['std']:.4f}  AUC {row['auc']['mean']:.4f}{ratio}")
+        pooled = summary["intervals"]["pooled"]
+        for name, row in pooled["ne"].items():
+            auc = pooled["auc"][name]
+            print(f"{name:<20} NE {row['estimate']:.4f} [{row['low']:.4f}, {row['high']:.4f}]  "
+                  f"AUC {auc['estimate']:.4f} [{auc['low']:.4f}, {auc['high']:.4f}]")
         cov = summary["coverage"]
         print(
             "coverage tier1 {:.1%}, tiers1-2 {:.1%}, tiers1-3 {:.1%}".format(
                 *(cov[k]["mean"] for k in ("tiers1", "tiers1-2", "tiers1-3"))
             )
         )
+        print("\n".join(verdict_lines(summary["intervals"])))
         print(f"report: {summary['output']}/report.md (metrics.json, *.png)")
 
     return run_job("evaluate", body)

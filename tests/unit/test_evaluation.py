@@ -220,3 +220,41 @@ def test_checkpoints_are_reused_only_for_their_own_fingerprint(tmp_path):
     _, back, reused = evaluate_job._trained(root, "vm", None, "fingerprint-a", train)  # switched back
     assert reused and back == first and len(trained) == 2
     assert (root / "LATEST").read_text().strip() == first  # what the replayed jobs load
+
+
+def test_window_densities_match_a_brute_force_count():
+    rng = np.random.default_rng(8)
+    start = T0.timestamp()
+    ts = np.sort(start + rng.integers(1, 40 * HOUR, 600)).astype(np.int64)
+    users = rng.integers(0, 25, 600)
+    t0s, requests, distinct, training = evaluation.window_densities(ts, users, tail_hours=2, eval_hours=5)
+    for index in range(0, t0s.size, 3):
+        inside = (ts > t0s[index]) & (ts <= t0s[index] + 5 * HOUR)
+        assert requests[index] == inside.sum()
+        assert distinct[index] == np.unique(users[inside]).size
+        assert training[index] == (ts <= t0s[index] - 2 * HOUR).sum()
+
+
+def test_densest_windows_pick_the_bursts_without_overlap_and_respect_the_minimums():
+    rng = np.random.default_rng(9)
+    start = T0.timestamp()
+    background = start + rng.integers(1, 200 * HOUR, 2000)
+    burst_a = start + 50 * HOUR + rng.integers(1, 3 * HOUR, 900)  # 300 users within 3 h
+    burst_b = start + 150 * HOUR + rng.integers(1, 3 * HOUR, 600)  # 150 users
+    ts = np.concatenate([background, burst_a, burst_b]).astype(np.int64)
+    users = np.concatenate([rng.integers(0, 40, 2000), rng.integers(100, 400, 900), rng.integers(500, 650, 600)])
+    order = np.argsort(ts, kind="stable")
+    ts, users = ts[order], users[order]
+    pick = lambda count, **kw: evaluation.densest_windows(  # noqa: E731
+        ts, users, 4, 6, 1, count, **{"min_requests": 100, "min_users": 50, "min_training_events": 100, **kw})
+    (best,) = pick(1)
+    assert start + 44 * HOUR <= best.t0.timestamp() <= start + 50 * HOUR and best.users >= 250
+    both = pick(3)
+    assert len(both) == 2  # only the two bursts reach 50 users; windows do not overlap (tail included)
+    assert both[1].t0.timestamp() - both[0].t0.timestamp() >= 10 * HOUR
+    assert pick(1, min_users=1000) == []
+    assert pick(1, min_training_events=10**6) == []
+    thin = evaluation.density_at(ts, users, T0, 4, 6)
+    reason = thin.refusal(5000, 200, 100)
+    assert reason is not None and "\n" not in reason and "evaluation.min_requests" in reason
+    assert best.refusal(100, 50, 100) is None
