@@ -289,7 +289,7 @@ def train_models(
     )
 
 
-def _clear_replay(spark: SparkSession, config: SolarisConfig, seed_config: SolarisConfig) -> bool:
+def _clear_replay(config: SolarisConfig, seed_config: SolarisConfig) -> bool:
     """Drop the seed warehouse's tables and snapshots (not its models); True when there was any."""
     import shutil
 
@@ -327,7 +327,7 @@ def replay_window(
     saved = json.loads(marker.read_text()).get("fingerprint") if marker.is_file() else None
     cleared = False
     if saved != fingerprint:
-        cleared = _clear_replay(spark, config, seed_config)
+        cleared = _clear_replay(config, seed_config)
         if cleared:
             log.info("replay settings changed (fingerprint %s -> %s): tables dropped, replaying", saved, fingerprint)
         marker.parent.mkdir(parents=True, exist_ok=True)
