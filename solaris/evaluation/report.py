@@ -154,6 +154,20 @@ def render_markdown(summary: dict, plots: list[str]) -> str:
         )
         + ".",
         "",
+        *(
+            [
+                "Per window (pooled over seeds): "
+                + "; ".join(
+                    f"T0 {t0}: \u0394NE FM\u2013VM {_ci(cell['fm_vm_gap'], 4)}, TR SOLARIS 1-3 "
+                    f"{_ci(cell['transfer_ratio'].get('solaris_tiers123'))}"
+                    for t0, cell in intervals["per_window"].items()
+                )
+                + ".",
+                "",
+            ]
+            if intervals.get("per_window")
+            else []
+        ),
         "Published: SOLARIS 42\u201344 %, distillation 20\u201325 % transfer.",
         "",
         "## Coverage of the scored requests",

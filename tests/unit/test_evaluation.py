@@ -123,6 +123,7 @@ def test_report_files_from_a_summary(tmp_path):
     predictions = {name: 1 / (1 + np.exp(-weak)) for name in evaluation.VARIANTS}
     predictions["fm"] = 1 / (1 + np.exp(-4 * strong))
     intervals = bootstrap_intervals(ScoredRequests(users, labels, (predictions, predictions)), resamples=50)
+    intervals["per_window"] = {T0.isoformat(): intervals["pooled"]}
     summary = {"output": str(tmp_path), "t0": [T0.isoformat()], "seeds": [1, 2],
                "windows": [{"t0": T0.isoformat(), "fm_cutoff": "x", "end": "y", "requests": 400, "users": 40}],
                "settings": {"step_hours": 1, "tail_hours": 2, "eval_hours": 3}, "variants": variants,
@@ -142,6 +143,7 @@ def test_report_files_from_a_summary(tmp_path):
     # every VM variant predicts the same here: their differences are exactly 0, and said to be no difference
     assert "VM+SOLARIS tiers 1-3 vs VM distilled: \u0394TR = +0.000 [+0.000, +0.000]" in verdict
     assert "includes 0: no difference shown" in verdict
+    assert f"Per window (pooled over seeds): T0 {T0.isoformat()}" in report
     assert all((tmp_path / n).stat().st_size > 5000 for n in names if n.endswith(".png"))
 
 
@@ -258,3 +260,22 @@ def test_densest_windows_pick_the_bursts_without_overlap_and_respect_the_minimum
     reason = thin.refusal(5000, 200, 100)
     assert reason is not None and "\n" not in reason and "evaluation.min_requests" in reason
     assert best.refusal(100, 50, 100) is None
+
+
+def test_evaluate_refuses_a_thin_window_and_picks_the_dense_one():
+    from solaris.models.training import EventArrays
+    from solaris.runtime import JobInputError
+
+    rng = np.random.default_rng(10)
+    start = T0.timestamp()
+    ts = np.concatenate([start + rng.integers(1, 100 * HOUR, 3000), start + 60 * HOUR + rng.integers(1, HOUR, 900)])
+    users = np.concatenate([rng.integers(0, 30, 3000), rng.integers(100, 400, 900)])
+    order = np.argsort(ts, kind="stable")
+    events = EventArrays(users[order], users[order] % 7, ts[order].astype(np.int64), np.ones(ts.size, np.float32))
+    config = load_config(overrides=["evaluation.tail_hours=4", "evaluation.eval_hours=6", "evaluation.min_requests=500",
+                                    "evaluation.min_users=100", "evaluation.min_training_events=100"])
+    with pytest.raises(JobInputError, match="distinct requesting users") as refused:
+        evaluate_job.choose_windows(config, events, [T0.replace(hour=T0.hour + 10)])
+    assert "\n" not in str(refused.value)
+    (picked,) = evaluate_job.choose_windows(config, events, None)
+    assert start + 55 * HOUR <= picked.timestamp() <= start + 60 * HOUR  # its scored part holds the burst
