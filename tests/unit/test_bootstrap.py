@@ -122,3 +122,17 @@ def test_windows_concatenate_with_the_same_seeds_only():
         bootstrap.ScoredRequests.concatenate([a, _requests(rng, n_seeds=1)])
     with pytest.raises(ValueError):
         bootstrap.ScoredRequests(a.users, a.labels, ({"fm": a.labels[:-1]},))
+
+
+def test_auc_through_the_user_pair_matrix_equals_the_request_weighted_one(monkeypatch):
+    rng = np.random.default_rng(11)
+    users = rng.integers(0, 45, 700)
+    labels = (rng.random(700) < 0.6).astype(np.float64)
+    predictions = np.round(np.clip(0.5 + 0.2 * (labels - 0.6) + rng.normal(0, 0.2, 700), 0, 1), 2)  # many ties
+    codes, n_users = bootstrap.user_codes(users)
+    counts = bootstrap.resample_counts(n_users, 30, rng)
+    by_pairs = bootstrap.weighted_auc(labels, predictions, codes, counts)
+    monkeypatch.setattr(bootstrap, "PAIR_MATRIX_MAX_USERS", 0)  # many users: weights per request instead
+    by_requests = bootstrap.weighted_auc(labels, predictions, codes, counts, chunk=7)
+    assert np.allclose(by_pairs, by_requests, rtol=0, atol=1e-12)
+    assert by_pairs[0] != by_pairs[1]  # resamples differ
