@@ -273,18 +273,18 @@ def bootstrap_intervals(
     if resamples < 1:
         raise ValueError("resamples must be positive")
     codes, n_users = user_codes(requests.users)
-    counts = resample_counts(n_users, resamples, np.random.default_rng(seed))
-    ones = np.ones((1, n_users), dtype=np.int64)
+    # row 0: the data as observed (every user once), then the resamples: one pass gives both
+    counts = np.vstack([np.ones((1, n_users), dtype=np.int64),
+                        resample_counts(n_users, resamples, np.random.default_rng(seed))])
     variants = [v for v in VARIANTS if all(v in p for p in requests.predictions)]
     per_seed_estimate, per_seed_replicates = [], []
     for predictions in requests.predictions:
         estimate: dict[str, dict[str, np.ndarray]] = {"ne": {}, "auc": {}}
         replicates: dict[str, dict[str, np.ndarray]] = {"ne": {}, "auc": {}}
         for v in variants:
-            estimate["ne"][v] = weighted_ne(requests.labels, predictions[v], codes, ones)[0]
-            estimate["auc"][v] = weighted_auc(requests.labels, predictions[v], codes, ones)[0]
-            replicates["ne"][v] = weighted_ne(requests.labels, predictions[v], codes, counts)
-            replicates["auc"][v] = weighted_auc(requests.labels, predictions[v], codes, counts)
+            for metric, fn in (("ne", weighted_ne), ("auc", weighted_auc)):
+                values = fn(requests.labels, predictions[v], codes, counts)
+                estimate[metric][v], replicates[metric][v] = values[0], values[1:]
         per_seed_estimate.append(estimate)
         per_seed_replicates.append(replicates)
 
