@@ -680,13 +680,12 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
         spark = get_spark(config, "evaluate")
         summary = run(spark, config, args.as_of, args.name, args.force)
-        from solaris.evaluation.report import verdict_lines
+        from solaris.evaluation.report import interval_text, verdict_lines
 
         pooled = summary["intervals"]["pooled"]
         for name, row in pooled["ne"].items():
-            auc = pooled["auc"][name]
-            print(f"{name:<20} NE {row['estimate']:.4f} [{row['low']:.4f}, {row['high']:.4f}]  "
-                  f"AUC {auc['estimate']:.4f} [{auc['low']:.4f}, {auc['high']:.4f}]")
+            print(f"{name:<20} NE {interval_text(row, 4, signed=False)}  "
+                  f"AUC {interval_text(pooled['auc'][name], 4, signed=False)}")
         cov = summary["coverage"]
         print(
             "coverage tier1 {:.1%}, tiers1-2 {:.1%}, tiers1-3 {:.1%}".format(

@@ -40,7 +40,7 @@ def _signed(value: float | None, digits: int) -> str:
     return "n/a" if value is None else f"{value:+.{digits}f}".replace("-", "\u2212")
 
 
-def _ci(cell: dict | None, digits: int = 3, signed: bool = True) -> str:
+def interval_text(cell: dict | None, digits: int = 3, signed: bool = True) -> str:
     """``estimate [low, high]`` of an interval dict; unbounded intervals are said to be."""
     if not cell or cell.get("estimate") is None:
         return "n/a"
@@ -65,19 +65,19 @@ def verdict_lines(intervals: dict) -> list[str]:
     pooled = intervals["pooled"]
     level = f"({100 * intervals['confidence']:g} %, users resampled)"
     lines = [
-        f"- FM vs VM baseline: \u0394NE = NE_VM \u2212 NE_FM = {_ci(pooled['fm_vm_gap'], 4)} {level} \u2014 "
+        f"- FM vs VM baseline: \u0394NE = NE_VM \u2212 NE_FM = {interval_text(pooled['fm_vm_gap'], 4)} {level} \u2014 "
         + _verdict(pooled["fm_vm_gap"], "the FM is better, so there is a gain to transfer",
                    "the VM is better: no gain to transfer, transfer ratios are meaningless")
     ]
     for name in TRANSFER_VARIANTS:
         if name in pooled["transfer_ratio"] and name != "fm":
             cell = pooled["transfer_ratio"][name]
-            lines.append(f"- {LABELS[name]} vs VM baseline: TR = {_ci(cell)} {level} \u2014 "
+            lines.append(f"- {LABELS[name]} vs VM baseline: TR = {interval_text(cell)} {level} \u2014 "
                          + _verdict(cell, "it transfers part of the FM's gain", "it is worse than the VM baseline"))
     for comparison in pooled["comparisons"].values():
         a, b = LABELS[comparison["variant"]], LABELS[comparison["reference"]]
         cell = comparison["transfer_ratio_difference"]
-        lines.append(f"- {a} vs {b}: \u0394TR = {_ci(cell)} {level} \u2014 "
+        lines.append(f"- {a} vs {b}: \u0394TR = {interval_text(cell)} {level} \u2014 "
                      + _verdict(cell, f"{a} transfers more", f"{a} transfers less"))
     return lines
 
@@ -124,13 +124,14 @@ def render_markdown(summary: dict, plots: list[str]) -> str:
         row = summary["variants"][name]
         ratio, per_seed = "-", "-"
         if name in TRANSFER_VARIANTS:
-            ratio = _ci(pooled["transfer_ratio"].get(name))
+            ratio = interval_text(pooled["transfer_ratio"].get(name))
             per_seed = _pm(row["transfer_ratio"], 3)
             if row["transfer_ratio"]["n"] < len(summary["per_seed"]):
                 per_seed += f" ({row['transfer_ratio']['n']} of {len(summary['per_seed'])})"
         lines.append(
-            f"| {LABELS[name]} | {_ci(pooled['ne'][name], 4, signed=False)} | "
-            f"{_ci(pooled['auc'][name], 4, signed=False)} | {_pm(row['calibration'], 3)} | {ratio} | {per_seed} |"
+            f"| {LABELS[name]} | {interval_text(pooled['ne'][name], 4, signed=False)} | "
+            f"{interval_text(pooled['auc'][name], 4, signed=False)} | {_pm(row['calibration'], 3)} | {ratio} | "
+            f"{per_seed} |"
         )
     lines += [
         "",
@@ -138,18 +139,19 @@ def render_markdown(summary: dict, plots: list[str]) -> str:
         "|---|---|---|",
     ]
     for name, cell in pooled["ne_vs_baseline"].items():
-        lines.append(f"| {LABELS[name]} vs VM baseline | {_ci(cell, 4)} | - |")
+        lines.append(f"| {LABELS[name]} vs VM baseline | {interval_text(cell, 4)} | - |")
     for comparison in pooled["comparisons"].values():
         lines.append(
             f"| {LABELS[comparison['variant']]} vs {LABELS[comparison['reference']]} | "
-            f"{_ci(comparison['ne_difference'], 4)} | {_ci(comparison['transfer_ratio_difference'])} |"
+            f"{interval_text(comparison['ne_difference'], 4)} | "
+            f"{interval_text(comparison['transfer_ratio_difference'])} |"
         )
     lines += [
         "",
         "Per seed (same resamples, one seed at a time): "
         + "; ".join(
-            f"seed {seed}: \u0394NE FM\u2013VM {_ci(cell['fm_vm_gap'], 4)}, TR SOLARIS 1-3 "
-            f"{_ci(cell['transfer_ratio'].get('solaris_tiers123'))}"
+            f"seed {seed}: \u0394NE FM\u2013VM {interval_text(cell['fm_vm_gap'], 4)}, TR SOLARIS 1-3 "
+            f"{interval_text(cell['transfer_ratio'].get('solaris_tiers123'))}"
             for seed, cell in zip(seeds, intervals["per_seed"], strict=True)
         )
         + ".",
@@ -158,8 +160,8 @@ def render_markdown(summary: dict, plots: list[str]) -> str:
             [
                 "Per window (pooled over seeds): "
                 + "; ".join(
-                    f"T0 {t0}: \u0394NE FM\u2013VM {_ci(cell['fm_vm_gap'], 4)}, TR SOLARIS 1-3 "
-                    f"{_ci(cell['transfer_ratio'].get('solaris_tiers123'))}"
+                    f"T0 {t0}: \u0394NE FM\u2013VM {interval_text(cell['fm_vm_gap'], 4)}, TR SOLARIS 1-3 "
+                    f"{interval_text(cell['transfer_ratio'].get('solaris_tiers123'))}"
                     for t0, cell in intervals["per_window"].items()
                 )
                 + ".",
