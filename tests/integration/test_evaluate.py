@@ -85,7 +85,7 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
     seed = summary["per_seed"][0]
     assert len(seed["per_tick"]) == 4 and seed["requests"]["scored"] > 300  # 2 h tail + 2 h scored, hourly
     assert seed["cost"]["fm_passes_per_request"] > 0
-    assert "transfer " in done.stdout and "coverage tier1" in done.stdout
+    assert "FM vs VM baseline" in done.stdout and "users resampled" in done.stdout and "coverage tier1" in done.stdout
 
     assert summary["requests"]["scored"] == seed["requests"]["scored"] and summary["requests"]["users"] > 20
     pooled = summary["intervals"]["pooled"]
