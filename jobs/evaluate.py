@@ -1,26 +1,32 @@
-"""Knowledge-transfer evaluation on a time split: replay SOLARIS, score every variant, report.
+"""Knowledge-transfer evaluation on time splits: replay SOLARIS, score every variant, decide with intervals.
 
-With ``--as-of T0`` (the split), for each seed:
+Windows: the T0s given (``--as-of T0 [T0 ...]`` or ``evaluation.t0s``), each refused with a one-line
+reason below ``evaluation.min_requests`` / ``min_users`` / ``min_training_events``; with none given,
+the ``evaluation.windows`` densest non-overlapping windows of the data (most distinct requesting
+users first). For each window and seed (docs/evaluation.md):
 
-1. train the serving FM and the verifier (baseline VM) on events up to ``T0 - tail``, and a
-   distilled VM on the same events with cross-fitted FM soft labels;
-2. replay the hourly precompute + enrichment over ``[T0 - tail, T0 + eval)`` exactly as the
-   schedule runs it (candidates -> score/verify -> hit rate -> expire -> user aggregates -> KNN
-   -> impute -> publish, ``as_of = tick``), in the seed's own warehouse folder;
-3. resolve every request of ``(tick, tick + 1h]`` through the snapshot published at ``tick``
-   (the resolver: only what serving would have held, TTL and coverage gaps included);
-4. fine-tune the VM variants on the tail's requests, warm-started from step 1: baseline,
-   distilled (soft labels of the serving FM, which never saw the tail), VM+SOLARIS (served FM
-   embedding + tier as input), VM+SOLARIS+distilled;
-5. score the requests of ``(T0, T0 + eval]`` with the FM (upper bound), every VM variant, and
-   VM+SOLARIS fed tier 1 only / tiers 1-2 / tiers 1-3.
+1. ``train_models``: the serving FM, the verifier (baseline VM) and a distilled VM
+   (``model.distillation.teacher``) on events up to ``T0 - tail``;
+2. ``replay_window``: the hourly precompute + enrichment over ``[T0 - tail, T0 + eval)`` exactly as
+   the schedule runs it, in the seed's own warehouse folder;
+3. ``serve_requests``: every request of ``(tick, tick + 1h]`` resolved through the snapshot
+   published at ``tick`` (only what serving would have held);
+4. ``fine_tune``: the VM variants fine-tuned on the tail's requests, warm-started from step 1;
+5. ``predict_scored``: the requests of ``(T0, T0 + eval]`` scored by the FM (upper bound), every VM
+   variant, and VM+SOLARIS fed tier 1 only / tiers 1-2 / tiers 1-3;
+6. ``score_seed``: metrics, coverage, hit rates and costs.
 
-Writes ``<warehouse>/evaluation/<name>/``: ``metrics.json`` (mean ± std over seeds and per
-seed), ``report.md`` and PNG plots. A finished seed is kept (``seed-<n>/result.json``) and
-skipped on rerun; ``--force`` recomputes. ``--quick`` is the CI-sized preset.
+Then 95 % intervals by bootstrap over users, paired across variants, pooled over seeds and windows
+(``solaris.evaluation.bootstrap``). Writes ``<warehouse>/evaluation/<name>/``: ``metrics.json``,
+``report.md`` (opening with verdict lines) and PNG plots.
 
-    solaris evaluate --as-of 2000-12-01T00:00:00Z
-    solaris evaluate --as-of 1998-03-01T00:00:00Z --quick
+Reuse: a checkpoint, a replay or a seed's result is reused only when its fingerprint matches (the
+config sections it depends on, as-of, seed, a digest of the events, upstream model versions);
+anything else is recomputed. ``--force`` recomputes everything; ``--quick`` is the CI preset.
+
+    solaris evaluate                                    # the densest window(s) of the data
+    solaris evaluate --as-of 2000-11-20T03:00:00Z 2000-08-03T04:00:00Z
+    solaris evaluate --as-of 2026-01-03T12:00:00Z --quick
 """
 
 from __future__ import annotations
@@ -30,15 +36,17 @@ import json
 import logging
 import sys
 import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, cast
+
+import numpy as np
 
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
 from solaris.timeutil import utc_stamp
 
 if TYPE_CHECKING:  # pragma: no cover
-    from datetime import datetime
-
     import pandas as pd
     from pyspark.sql import SparkSession
     from torch import nn
@@ -51,17 +59,23 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("solaris.evaluate")
 
+END_OF_TIME = datetime(9999, 12, 31, tzinfo=timezone.utc)  # read every event (window choice needs them all)
+SCORED_FILE = "scored.npz"  # per seed: every variant's predictions on the scored requests (for the bootstrap)
+
 # CI-sized evaluation: few ticks, one epoch, two seeds (so mean ± std still means something).
 QUICK_OVERRIDES = [
     "evaluation.seeds=2", "evaluation.tail_hours=3", "evaluation.eval_hours=2", "model.training.max_epochs=1",
-    "enrichment.knn_recall_sample=50",
+    "enrichment.knn_recall_sample=50", "evaluation.bootstrap_resamples=200", "evaluation.min_requests=100",
+    "evaluation.min_users=20", "evaluation.min_training_events=1000",
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = job_parser("solaris evaluate", __doc__, with_as_of=False)
     parser.add_argument(
-        "--as-of", type=as_of_arg, required=True, help="T0: end of training, start of the scored window"
+        "--as-of", type=as_of_arg, nargs="+", dest="as_of",
+        help="T0 of each window: end of training, start of its scored window (default: evaluation.t0s, else the "
+        "densest evaluation.windows windows of the data)",
     )
     parser.add_argument("--name", help="output folder under <warehouse>/evaluation (default: t0-<T0>)")
     parser.add_argument("--quick", action="store_true", help="CI preset: " + " ".join(QUICK_OVERRIDES))
@@ -88,185 +102,386 @@ def _seed_config(config: SolarisConfig, seed_dir: Path, seed: int, n_ticks: int)
     )
 
 
-def _copy_events(spark: SparkSession, config: SolarisConfig, seed_config: SolarisConfig) -> None:
-    from solaris.storage.tables import table_exists
+@dataclass(frozen=True)
+class WindowRows:
+    """Rows of the (time-sorted) event arrays in each part of one window, and digests of its data."""
 
-    target = seed_config.table_path("events")
-    if not table_exists(spark, target):
-        spark.read.format("delta").load(config.table_path("events")).write.format("delta").save(target)
+    window: EvaluationWindow
+    pre: np.ndarray  # ts <= fm_cutoff: trains the FM, the verifier and the distilled VM
+    tail: np.ndarray  # (fm_cutoff, T0]: replayed, fine-tunes the VM variants
+    scored: np.ndarray  # (T0, end]: scored
+    training_digest: str  # of the events <= fm_cutoff (what the checkpoints learn from)
+    window_digest: str  # of the events <= end (what the replay and the scoring read)
+
+    @classmethod
+    def of(cls, events: EventArrays, window: EvaluationWindow) -> WindowRows:
+        import numpy as np
+
+        from solaris.evaluation.protocol import events_digest
+        from solaris.runtime import JobInputError
+
+        cutoff, t0, end = (t.timestamp() for t in (window.fm_cutoff, window.t0, window.end))
+        pre = np.flatnonzero(events.ts <= cutoff)
+        tail = np.flatnonzero((events.ts > cutoff) & (events.ts <= t0))
+        scored = np.flatnonzero((events.ts > t0) & (events.ts <= end))
+        for name, rows in (("before the tail", pre), ("in the tail", tail), ("in the evaluation window", scored)):
+            if rows.size < 10:
+                raise JobInputError(
+                    f"window T0={window.t0.isoformat()}: only {rows.size} events {name}; choose another T0 "
+                    "or longer windows"
+                )
+        upto = np.flatnonzero(events.ts <= end)
+        return cls(
+            window, pre, tail, scored,
+            events_digest(*(getattr(events, k)[pre] for k in ("user_id", "item_id", "ts", "label"))),
+            events_digest(*(getattr(events, k)[upto] for k in ("user_id", "item_id", "ts", "label"))),
+        )
+
+
+@dataclass(frozen=True)
+class TrainedModels:
+    """Step 1: the serving FM, the verifier and the distilled VM, all trained on events <= fm_cutoff."""
+
+    fm: nn.Module
+    verifier: VerticalModel
+    distilled: VerticalModel
+    versions: dict[str, str]  # role -> checkpoint version (content hash)
+    reused: tuple[str, ...]  # roles whose checkpoint was reused (fingerprint matched)
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """Step 2: the hourly cycle replayed over the window in the seed's warehouse."""
+
+    ticks: int
+    ticks_run: int  # 0 when every tick of a replay with the same fingerprint was already done
+    cleared: bool  # tables of a replay with other settings were dropped first
+    seconds: float
+
+
+@dataclass(frozen=True)
+class TickServing:
+    tick: str
+    scored_window: bool
+    requests: int
+    coverage: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tick": self.tick, "scored_window": self.scored_window, "requests": self.requests, **self.coverage}
+
+
+@dataclass(frozen=True)
+class ServedFeatures:
+    """Step 3: the FM embedding and tier serving returned for every tail and scored request."""
+
+    vectors: np.ndarray  # [tail + scored, D]
+    tiers: np.ndarray
+    n_tail: int
+    per_tick: tuple[TickServing, ...]
+    seconds: float
+
+    def tail(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.vectors[: self.n_tail], self.tiers[: self.n_tail]
+
+    def scored(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.vectors[self.n_tail :], self.tiers[self.n_tail :]
+
+
+@dataclass(frozen=True)
+class FineTunedVMs:
+    """Step 4: the VM variants fine-tuned on the tail's requests."""
+
+    baseline: VerticalModel
+    distilled: VerticalModel
+    solaris: VerticalModel
+    solaris_distilled: VerticalModel
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ScoredPredictions:
+    """Step 5: every variant's probability on each scored request."""
+
+    by_variant: dict[str, np.ndarray]
+    seconds: float
+
+
+def _point_latest(root: Path, version: str) -> None:
+    pointer = root / ".LATEST.tmp"
+    pointer.write_text(version + "\n")
+    pointer.replace(root / "LATEST")
 
 
 def _trained(
-    root: Path, role: str, dim: int | None, expected: dict, train: Callable[[], tuple[nn.Module, dict[str, Any]]]
-) -> nn.Module:
-    """Reuse the checkpoint under ``root`` if it was trained with ``expected`` metadata, else train."""
-    from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+    root: Path, role: str, dim: int | None, fingerprint: str, train: Callable[[], tuple[nn.Module, dict[str, Any]]]
+) -> tuple[nn.Module, str, bool]:
+    """The checkpoint under ``root`` whose metadata carries ``fingerprint``, else a newly trained one.
 
-    if (root / "LATEST").is_file():
-        model, meta = load_checkpoint(resolve_checkpoint(root), role, dim)
-        if all(meta.get(k) == v for k, v in expected.items()):
-            log.info("reusing %s checkpoint %s", role, meta["version"])
-            return model
+    Every version under ``root`` is a candidate (switching a setting back reuses the old model);
+    ``LATEST`` is pointed at the one returned, since the replayed jobs load ``LATEST``.
+    Returns the model, its version and whether it was reused.
+    """
+    from solaris.models.checkpoint import METADATA, load_checkpoint, save_checkpoint
+
+    if root.is_dir():
+        for folder in sorted(p for p in root.iterdir() if (p / METADATA).is_file()):
+            if json.loads((folder / METADATA).read_text()).get("fingerprint") == fingerprint:
+                model, meta = load_checkpoint(folder, role, dim)
+                _point_latest(root, meta["version"])
+                log.info("reusing %s checkpoint %s (fingerprint %s)", role, meta["version"], fingerprint)
+                return model, str(meta["version"]), True
+    log.info("training %s (fingerprint %s: no checkpoint with these settings, as-of, seed and data)",
+             role, fingerprint)
     model, metadata = train()
-    save_checkpoint(model, root, {**metadata, **expected})
-    return model
+    folder = save_checkpoint(model, root, {**metadata, "fingerprint": fingerprint})
+    return model, folder.name, False
 
 
-def evaluate_seed(
-    spark: SparkSession,
-    config: SolarisConfig,
-    window: EvaluationWindow,
-    events: EventArrays,
-    features: Features,
-    seed: int,
-    seed_dir: Path,
-) -> dict:
+def train_models(
+    config: SolarisConfig, rows: WindowRows, events: EventArrays, features: Features, seed: int, seed_dir: Path
+) -> TrainedModels:
+    """Step 1: FM, verifier and distilled VM on events <= fm_cutoff, reused by fingerprint.
+
+    The distilled VM's soft labels come from ``model.distillation.teacher`` (cross-fitted fold FMs,
+    or the served FM in-sample).
+    """
+    from solaris.evaluation.protocol import step_fingerprint
+    from solaris.models.training import distillation_teacher_logits, train_fm, train_vm, training_metadata
+
+    started = time.monotonic()
+    cutoff = rows.window.fm_cutoff
+    events_pre, features_pre = events.select(rows.pre), features.take(rows.pre)
+    inputs = {"as_of": cutoff.isoformat(), "seed": seed, "data": rows.training_digest}
+    models = seed_dir / "models"
+
+    def fit_fm() -> tuple[nn.Module, dict[str, Any]]:
+        result = train_fm(events, config, seed, features=features, rows=rows.pre)
+        return result.model, training_metadata("fm", cutoff, seed, events_pre, result)
+
+    def fit_verifier() -> tuple[nn.Module, dict[str, Any]]:
+        result = train_vm(events_pre, config, seed, "baseline", features=features_pre)
+        return result.model, training_metadata("vm_baseline", cutoff, seed, events_pre, result)
+
+    fm, fm_version, fm_reused = _trained(
+        models / "fm", "fm", config.model.embedding_dim, step_fingerprint(config, "fm", **inputs), fit_fm
+    )
+    verifier, verifier_version, verifier_reused = _trained(
+        models / "vm_baseline", "vm", None, step_fingerprint(config, "vm_baseline", **inputs), fit_verifier
+    )
+
+    def fit_distilled() -> tuple[nn.Module, dict[str, Any]]:
+        teacher, used = distillation_teacher_logits(events_pre, config, seed, features_pre, fm)
+        result = train_vm(events_pre, config, seed, "distilled", teacher_logits=teacher, features=features_pre)
+        return result.model, training_metadata("vm_distilled", cutoff, seed, events_pre, result, **used)
+
+    # in-sample soft labels are the served FM's own: its version is an input of the distilled VM
+    distilled_inputs = {**inputs, "fm": fm_version if config.model.distillation.teacher == "in-sample" else None}
+    distilled, distilled_version, distilled_reused = _trained(
+        models / "vm_distilled", "vm", None, step_fingerprint(config, "vm_distilled", **distilled_inputs),
+        fit_distilled,
+    )
+    versions = {"fm": fm_version, "vm_baseline": verifier_version, "vm_distilled": distilled_version}
+    reused = tuple(r for r, flag in zip(versions, (fm_reused, verifier_reused, distilled_reused), strict=True) if flag)
+    return TrainedModels(
+        fm, cast("VerticalModel", verifier), cast("VerticalModel", distilled), versions, reused,
+        time.monotonic() - started,
+    )
+
+
+def _clear_replay(config: SolarisConfig, seed_config: SolarisConfig) -> bool:
+    """Drop the seed warehouse's tables and snapshots (not its models); True when there was any."""
+    import shutil
+
+    from solaris.serving.snapshots import SNAPSHOTS_DIR
+
+    folders = [Path(seed_config.table_path(name)) for name in type(config.tables).model_fields]
+    folders.append(Path(seed_config.warehouse) / SNAPSHOTS_DIR)
+    existing = [folder for folder in folders if folder.exists()]
+    for folder in existing:
+        shutil.rmtree(folder)
+    return bool(existing)
+
+
+def replay_window(
+    spark: SparkSession, config: SolarisConfig, seed_config: SolarisConfig, rows: WindowRows,
+    models: TrainedModels,
+) -> ReplayOutcome:
+    """Step 2: the hourly precompute + enrichment over the window, in the seed's warehouse.
+
+    The tables belong to one replay fingerprint (settings, model versions, data, ticks), recorded in
+    ``replay.json`` before the first tick runs: a rerun with the same fingerprint resumes (ticks
+    already done are skipped), any other fingerprint drops the tables and replays from scratch.
+    """
+    from solaris.evaluation.protocol import step_fingerprint
+    from solaris.jobs import replay
+    from solaris.storage.tables import table_exists
+
+    started = time.monotonic()
+    window = rows.window
+    fingerprint = step_fingerprint(
+        seed_config, "replay", seed=seed_config.seed, data=rows.window_digest, models=models.versions,
+        t0=window.t0.isoformat(),
+    )
+    marker = Path(seed_config.warehouse) / "replay.json"
+    saved = json.loads(marker.read_text()).get("fingerprint") if marker.is_file() else None
+    cleared = False
+    if saved != fingerprint:
+        cleared = _clear_replay(config, seed_config)
+        if cleared:
+            log.info("replay settings changed (fingerprint %s -> %s): tables dropped, replaying", saved, fingerprint)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"fingerprint": fingerprint, "t0": window.t0.isoformat()}))
+    target = seed_config.table_path("events")
+    if not table_exists(spark, target):
+        spark.read.format("delta").load(config.table_path("events")).write.format("delta").save(target)
+    ticks = window.ticks()
+    cycles = replay.run(spark, seed_config, ticks[0], window.end, window.step_hours)
+    return ReplayOutcome(len(ticks), len(cycles), cleared, time.monotonic() - started)
+
+
+def serve_requests(seed_config: SolarisConfig, rows: WindowRows, events: EventArrays) -> ServedFeatures:
+    """Step 3: resolve every tail and scored request through the snapshot published at its tick."""
     import numpy as np
 
     from solaris.evaluation import protocol as evaluation
-    from solaris.jobs import replay
-    from solaris.models.training import out_of_fold_teacher_logits, predict, train_fm, train_vm, training_metadata
-    from solaris.runtime import JobInputError
     from solaris.serving.resolver import load_snapshot
     from solaris.serving.snapshots import SNAPSHOTS_DIR
 
-    ticks = window.ticks()
-    cfg = _seed_config(config, seed_dir, seed, len(ticks))
-    dim, timings = cfg.model.embedding_dim, {}
-    pre = np.flatnonzero(events.ts <= window.fm_cutoff.timestamp())
-    tail = np.flatnonzero((events.ts > window.fm_cutoff.timestamp()) & (events.ts <= window.t0.timestamp()))
-    scored = np.flatnonzero((events.ts > window.t0.timestamp()) & (events.ts <= window.end.timestamp()))
-    for name, rows in (("before the tail", pre), ("in the tail", tail), ("in the evaluation window", scored)):
-        if rows.size < 10:
-            raise JobInputError(f"only {rows.size} events {name}; choose another --as-of or longer windows")
-    log.info(
-        "seed %d: %d events up to %s (FM, verifier), %d in the tail, %d scored requests",
-        seed,
-        pre.size,
-        window.fm_cutoff,
-        tail.size,
-        scored.size,
-    )
-    events_pre, features_pre = events.select(pre), features.take(pre)
-    expected = {"as_of": window.fm_cutoff.isoformat(), "seed": seed}
-
     started = time.monotonic()
-    _copy_events(spark, config, cfg)
-
-    def fit_fm() -> tuple[nn.Module, dict[str, Any]]:
-        result = train_fm(events, cfg, seed, features=features, rows=pre)
-        return result.model, training_metadata("fm", window.fm_cutoff, seed, events_pre, result)
-
-    def fit_verifier() -> tuple[nn.Module, dict[str, Any]]:
-        result = train_vm(events_pre, cfg, seed, "baseline", features=features_pre)
-        return result.model, training_metadata("vm_baseline", window.fm_cutoff, seed, events_pre, result)
-
-    fm = _trained(seed_dir / "models" / "fm", "fm", dim, expected, fit_fm)
-    verifier = cast("VerticalModel", _trained(seed_dir / "models" / "vm_baseline", "vm", None, expected, fit_verifier))
-    timings["train_fm_and_verifier_s"] = time.monotonic() - started
-
-    started = time.monotonic()
-    teacher = out_of_fold_teacher_logits(events_pre, cfg, seed, features_pre, cfg.model.distillation.teacher_folds)
-    distilled_base = cast(
-        "VerticalModel",
-        train_vm(events_pre, cfg, seed, "distilled", teacher_logits=teacher, features=features_pre).model,
-    )
-    timings["train_distilled_s"] = time.monotonic() - started
-
-    started = time.monotonic()
-    replay.run(spark, cfg, ticks[0], window.end, window.step_hours)
-    timings["replay_s"] = time.monotonic() - started
-
-    # Serve the tail and the scored window through each tick's snapshot.
-    started = time.monotonic()
-    served_rows = np.concatenate([tail, scored])
+    window, dim = rows.window, seed_config.model.embedding_dim
+    served_rows = np.concatenate([rows.tail, rows.scored])
     tick_of = window.serving_tick(events.ts[served_rows])
     vectors = np.zeros((served_rows.size, dim), dtype=np.float32)
     tiers = np.zeros(served_rows.size, dtype=np.int64)
-    per_tick: list[dict[str, Any]] = []
-    for index, tick in enumerate(ticks):
+    per_tick = []
+    for index, tick in enumerate(window.ticks()):
         mine = np.flatnonzero(tick_of == index)
-        manifest = seed_dir / SNAPSHOTS_DIR / f"snapshot-{utc_stamp(tick)}.json"
+        manifest = Path(seed_config.warehouse) / SNAPSHOTS_DIR / f"snapshot-{utc_stamp(tick)}.json"
         if mine.size:
-            rows = served_rows[mine]
+            request_rows = served_rows[mine]
             got, tier, age = load_snapshot(manifest).resolve(
-                events.user_id[rows], events.item_id[rows], events.ts[rows].astype(np.float64)
+                events.user_id[request_rows], events.item_id[request_rows],
+                events.ts[request_rows].astype(np.float64),
             )
             if np.any((tier > 0) & ~(age > 0)):  # an embedding computed at or after its request = leakage
                 raise RuntimeError(f"snapshot {manifest.name} served an embedding not older than its request")
             vectors[mine], tiers[mine] = got, tier
         per_tick.append(
-            {
-                "tick": tick.isoformat(),
-                "scored_window": tick >= window.t0,
-                "requests": int(mine.size),
-                **(evaluation.coverage_by_tier(tiers[mine]) if mine.size else {}),
-            }
+            TickServing(tick.isoformat(), tick >= window.t0, int(mine.size),
+                        evaluation.coverage_by_tier(tiers[mine]) if mine.size else {})
         )
-    timings["resolve_s"] = time.monotonic() - started
-    in_tail = slice(0, tail.size)
-    in_scored = slice(tail.size, served_rows.size)
+    return ServedFeatures(vectors, tiers, int(rows.tail.size), tuple(per_tick), time.monotonic() - started)
 
-    # Fine-tune the variants on the tail (the only requests with served FM features).
+
+def fine_tune(
+    config: SolarisConfig, rows: WindowRows, events: EventArrays, features: Features, seed: int,
+    models: TrainedModels, served: ServedFeatures,
+) -> FineTunedVMs:
+    """Step 4: fine-tune the four VM variants on the tail, warm-started from step 1.
+
+    The distilled variants' soft labels on the tail are the serving FM's (it never saw the tail).
+    """
+    from solaris.models.training import predict, train_vm
+
     started = time.monotonic()
-    training = cfg.model.training.model_copy(update={"batch_size": cfg.evaluation.finetune_batch_size})
-    events_tail, features_tail = events.select(tail), features.take(tail)
-    _, tail_teacher, _ = predict(fm, features_tail, with_embeddings=True)
-    served_tail: dict[str, np.ndarray] = {"fm_embedding": vectors[in_tail], "fm_tier": tiers[in_tail]}
+    training = config.model.training.model_copy(update={"batch_size": config.evaluation.finetune_batch_size})
+    events_tail, features_tail = events.select(rows.tail), features.take(rows.tail)
+    _, tail_teacher, _ = predict(models.fm, features_tail, with_embeddings=True)
+    vectors, tiers = served.tail()
     common: dict[str, Any] = {"features": features_tail, "training": training}
-    models = {
-        "vm_baseline": train_vm(events_tail, cfg, seed, "baseline", init_from=verifier, **common).model,
-        "vm_distilled": train_vm(
-            events_tail, cfg, seed, "distilled", teacher_logits=tail_teacher, init_from=distilled_base, **common
-        ).model,
-        "solaris": train_vm(
-            events_tail,
-            cfg,
-            seed,
-            "solaris",
-            fm_embedding=served_tail["fm_embedding"],
-            fm_tier=served_tail["fm_tier"],
-            init_from=verifier,
-            **common,
-        ).model,
-        "solaris_distilled": train_vm(
-            events_tail,
-            cfg,
-            seed,
-            "solaris_distilled",
-            teacher_logits=tail_teacher,
-            fm_embedding=served_tail["fm_embedding"],
-            fm_tier=served_tail["fm_tier"],
-            init_from=distilled_base,
-            **common,
-        ).model,
-    }
-    timings["finetune_vms_s"] = time.monotonic() - started
+    served_input: dict[str, Any] = {"fm_embedding": vectors, "fm_tier": tiers}
+
+    def tuned(variant: str, base: VerticalModel, **extra: Any) -> VerticalModel:
+        return cast("VerticalModel", train_vm(events_tail, config, seed, variant, init_from=base, **common,
+                                              **extra).model)
+
+    return FineTunedVMs(
+        baseline=tuned("baseline", models.verifier),
+        distilled=tuned("distilled", models.distilled, teacher_logits=tail_teacher),
+        solaris=tuned("solaris", models.verifier, **served_input),
+        solaris_distilled=tuned("solaris_distilled", models.distilled, teacher_logits=tail_teacher, **served_input),
+        seconds=time.monotonic() - started,
+    )
+
+
+def predict_scored(
+    rows: WindowRows, features: Features, models: TrainedModels, tuned: FineTunedVMs, served: ServedFeatures
+) -> ScoredPredictions:
+    """Step 5: FM, VM variants and VM+SOLARIS fed tiers up to 1, 2, 3 on the scored requests."""
+    from solaris.evaluation import protocol as evaluation
+    from solaris.models.training import predict
 
     started = time.monotonic()
-    features_scored, labels = features.take(scored), events.label[scored]
-    vec_scored, tier_scored = vectors[in_scored], tiers[in_scored]
-    predictions = {
-        "fm": predict(fm, features_scored),
-        "vm_baseline": predict(models["vm_baseline"], features_scored),
-        "vm_distilled": predict(models["vm_distilled"], features_scored),
+    features_scored = features.take(rows.scored)
+    vectors, tiers = served.scored()
+    by_variant = {
+        "fm": predict(models.fm, features_scored),
+        "vm_baseline": predict(tuned.baseline, features_scored),
+        "vm_distilled": predict(tuned.distilled, features_scored),
     }
     for variant, max_tier in evaluation.SOLARIS_MAX_TIER.items():
-        fed_vectors, fed_tiers = evaluation.served_up_to_tier(vec_scored, tier_scored, max_tier)
-        model = models["solaris_distilled" if variant == "solaris_distilled" else "solaris"]
-        predictions[variant] = predict(model, features_scored, {"fm_embedding": fed_vectors, "fm_tier": fed_tiers})
-    timings["score_requests_s"] = time.monotonic() - started
+        fed_vectors, fed_tiers = evaluation.served_up_to_tier(vectors, tiers, max_tier)
+        model = tuned.solaris_distilled if variant == "solaris_distilled" else tuned.solaris
+        by_variant[variant] = predict(model, features_scored, {"fm_embedding": fed_vectors, "fm_tier": fed_tiers})
+    return ScoredPredictions(by_variant, time.monotonic() - started)
 
-    hit_rates, cost = _replay_figures(spark, cfg, window, per_tick, scored.size)
+
+def score_seed(
+    spark: SparkSession, seed_config: SolarisConfig, rows: WindowRows, events: EventArrays, seed: int,
+    models: TrainedModels, replayed: ReplayOutcome, served: ServedFeatures, tuned: FineTunedVMs,
+    predictions: ScoredPredictions,
+) -> dict:
+    """Step 6: the seed's metrics, coverage, replay figures and costs (JSON-plain, saved as result.json)."""
+    from solaris.evaluation import protocol as evaluation
+
+    labels = events.label[rows.scored]
+    per_tick = [tick.to_dict() for tick in served.per_tick]
+    hit_rates, cost = _replay_figures(spark, seed_config, rows.window, per_tick, rows.scored.size)
     return {
         "seed": seed,
-        "variants": evaluation.variant_metrics(labels, predictions),
-        "coverage": evaluation.coverage_by_tier(tier_scored),
-        "tail_coverage": evaluation.coverage_by_tier(tiers[in_tail]),
+        "t0": rows.window.t0.isoformat(),
+        "variants": evaluation.variant_metrics(labels, predictions.by_variant),
+        "coverage": evaluation.coverage_by_tier(served.scored()[1]),
+        "tail_coverage": evaluation.coverage_by_tier(served.tail()[1]),
         "per_tick": [{**row, **hit_rates.get(row["tick"], {})} for row in per_tick],
-        "cost": {**cost, **timings},
-        "requests": {"tail": int(tail.size), "scored": int(scored.size), "base_rate": float(labels.mean())},
+        "cost": {
+            **cost,
+            "train_models_s": models.seconds,
+            "replay_s": replayed.seconds,
+            "resolve_s": served.seconds,
+            "finetune_vms_s": tuned.seconds,
+            "score_requests_s": predictions.seconds,
+        },
+        "models": {"versions": models.versions, "reused": list(models.reused)},
+        "replay": {"ticks": replayed.ticks, "ticks_run": replayed.ticks_run, "cleared": replayed.cleared},
+        "requests": {
+            "tail": int(rows.tail.size),
+            "scored": int(rows.scored.size),
+            "scored_users": int(np.unique(events.user_id[rows.scored]).size),
+            "base_rate": float(labels.mean()),
+        },
     }
+
+
+def evaluate_seed(
+    spark: SparkSession, config: SolarisConfig, rows: WindowRows, events: EventArrays, features: Features,
+    seed: int, seed_dir: Path,
+) -> tuple[dict, dict[str, np.ndarray]]:
+    """One seed of one window: train -> replay -> serve -> fine-tune -> predict -> score."""
+    window = rows.window
+    seed_config = _seed_config(config, seed_dir, seed, len(window.ticks()))
+    log.info(
+        "seed %d, T0 %s: %d events up to %s (FM, verifier), %d in the tail, %d scored requests",
+        seed, window.t0, rows.pre.size, window.fm_cutoff, rows.tail.size, rows.scored.size,
+    )
+    models = train_models(seed_config, rows, events, features, seed, seed_dir)
+    replayed = replay_window(spark, config, seed_config, rows, models)
+    served = serve_requests(seed_config, rows, events)
+    tuned = fine_tune(seed_config, rows, events, features, seed, models, served)
+    predictions = predict_scored(rows, features, models, tuned, served)
+    result = score_seed(spark, seed_config, rows, events, seed, models, replayed, served, tuned, predictions)
+    return result, predictions.by_variant
 
 
 def _replay_figures(
@@ -306,66 +521,145 @@ def _replay_figures(
     }
 
 
-def run(spark: SparkSession, config: SolarisConfig, t0: datetime, name: str | None = None, force: bool = False) -> dict:
+def choose_windows(config: SolarisConfig, events: EventArrays, t0s: list[datetime] | None) -> list[datetime]:
+    """T0s given (``--as-of``, else ``evaluation.t0s``), each checked against the minimums; or, with
+    none given, the densest non-overlapping windows of the data (:func:`densest_windows`)."""
     from solaris.evaluation import protocol as evaluation
+    from solaris.runtime import JobInputError
+
+    settings = config.evaluation
+    minimums = (settings.min_requests, settings.min_users, settings.min_training_events)
+    given = sorted(t0s or settings.t0s)
+    if given:
+        for t0 in given:
+            density = evaluation.density_at(events.ts, events.user_id, t0, settings.tail_hours, settings.eval_hours)
+            reason = density.refusal(*minimums)
+            if reason:
+                raise JobInputError(reason)
+            log.info("window T0 %s: %d scored requests from %d users", t0, density.requests, density.users)
+        return given
+    picked = evaluation.densest_windows(
+        events.ts, events.user_id, settings.tail_hours, settings.eval_hours, settings.step_hours,
+        settings.windows, *minimums,
+    )
+    if not picked:
+        raise JobInputError(
+            f"no {settings.eval_hours:g} h window with >= {settings.min_requests:,} requests from >= "
+            f"{settings.min_users:,} users after >= {settings.min_training_events:,} events; lower "
+            "evaluation.min_requests / min_users or pass --as-of"
+        )
+    for density in picked:
+        log.info("densest window T0 %s: %d scored requests from %d users", density.t0, density.requests,
+                 density.users)
+    return [density.t0 for density in picked]
+
+
+def _saved_seed(seed_dir: Path, fingerprint: str) -> tuple[dict, dict[str, np.ndarray]] | None:
+    """The seed's saved result and scored predictions when they were computed with ``fingerprint``."""
+    result_path, scored_path = seed_dir / "result.json", seed_dir / SCORED_FILE
+    if not (result_path.is_file() and scored_path.is_file()):
+        return None
+    saved = json.loads(result_path.read_text())
+    if saved.get("fingerprint") != fingerprint:
+        log.info("%s: computed with other settings or data (fingerprint %s, now %s): recomputing",
+                 seed_dir, saved.get("fingerprint"), fingerprint)
+        return None
+    with np.load(scored_path) as scored:
+        return saved["result"], {name: scored[name] for name in scored.files}
+
+
+def _save_seed(seed_dir: Path, fingerprint: str, result: dict, predictions: dict[str, np.ndarray]) -> None:
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    with open(seed_dir / f".{SCORED_FILE}.tmp", "wb") as handle:
+        np.savez(handle, **predictions)  # type: ignore[arg-type]  # numpy's stub types allow_pickle as **kwds
+    (seed_dir / f".{SCORED_FILE}.tmp").replace(seed_dir / SCORED_FILE)
+    tmp = seed_dir / ".result.json.tmp"
+    tmp.write_text(json.dumps({"fingerprint": fingerprint, "result": result}, indent=2, default=str))
+    tmp.replace(seed_dir / "result.json")
+
+
+def run(
+    spark: SparkSession, config: SolarisConfig, t0s: list[datetime] | datetime | None = None,
+    name: str | None = None, force: bool = False,
+) -> dict:
+    """Evaluate every window and seed (reusing what was computed with the same fingerprint), then report."""
+    import shutil
+
+    from solaris.evaluation import protocol as evaluation
+    from solaris.evaluation.bootstrap import ScoredRequests, bootstrap_intervals
     from solaris.evaluation.report import write_report
     from solaris.models.features import training_features
 
     settings = config.evaluation
-    window = evaluation.EvaluationWindow(t0, settings.tail_hours, settings.eval_hours, settings.step_hours)
-    out_dir = config.resolve_under_warehouse(Path(settings.output) / (name or f"t0-{utc_stamp(t0)}"))
+    events = _arrays(spark, config, END_OF_TIME)
+    chosen = choose_windows(config, events, [t0s] if isinstance(t0s, datetime) else t0s)
+    windows = [evaluation.EvaluationWindow(t, settings.tail_hours, settings.eval_hours, settings.step_hours)
+               for t in chosen]
+    out_dir = config.resolve_under_warehouse(Path(settings.output) / (name or evaluation.default_name(chosen)))
     out_dir.mkdir(parents=True, exist_ok=True)
-    fingerprint = evaluation.seed_fingerprint(t0, config)
-    log.info(
-        "evaluation %s: FM trained up to %s, replay %d ticks to %s, %d seeds",
-        out_dir,
-        window.fm_cutoff,
-        len(window.ticks()),
-        window.end,
-        settings.seeds,
-    )
-    events = _arrays(spark, config, window.end)
+    events = events.select(np.flatnonzero(events.ts <= max(w.end for w in windows).timestamp()))
     features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
-    results, wall = [], time.monotonic()
-    for seed in range(config.seed, config.seed + settings.seeds):
-        seed_dir = out_dir / f"seed-{seed}"
-        result_path = seed_dir / "result.json"
-        if result_path.is_file() and not force:
-            saved = json.loads(result_path.read_text())
-            if evaluation.same_settings(saved.get("fingerprint"), fingerprint):
-                log.info("seed %d already evaluated (%s): reused", seed, result_path)
-                results.append(saved["result"])
-                continue
-            log.info("seed %d: settings changed since %s, recomputing", seed, result_path)
-        if force and seed_dir.exists():
-            import shutil
-
-            shutil.rmtree(seed_dir)
-        started = time.monotonic()
-        result = evaluate_seed(spark, config, window, events, features, seed, seed_dir)
-        result["cost"]["seed_wall_s"] = time.monotonic() - started
-        seed_dir.mkdir(parents=True, exist_ok=True)
-        tmp = result_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"fingerprint": fingerprint, "result": result}, indent=2, default=str))
-        tmp.replace(result_path)
-        log.info(
-            "seed %d done in %.0fs: NE fm %.4f, vm %.4f, distilled %.4f, solaris tiers1-3 %.4f; coverage "
-            "tier1 %.1f%% / 1-2 %.1f%% / 1-3 %.1f%%",
-            seed,
-            result["cost"]["seed_wall_s"],
-            *(result["variants"][v]["ne"] for v in ("fm", "vm_baseline", "vm_distilled", "solaris_tiers123")),
-            *(100 * result["coverage"][k] for k in ("tiers1", "tiers1-2", "tiers1-3")),
-        )
-        results.append(result)
+    seeds = list(range(config.seed, config.seed + settings.seeds))
+    results, scored_sets, wall = [], [], time.monotonic()
+    for window in windows:
+        rows = WindowRows.of(events, window)
+        log.info("window T0 %s: FM trained up to %s, replay %d ticks to %s, %d seeds",
+                 window.t0, window.fm_cutoff, len(window.ticks()), window.end, len(seeds))
+        per_seed_predictions = []
+        for seed in seeds:
+            seed_dir = out_dir / utc_stamp(window.t0) / f"seed-{seed}"
+            fingerprint = evaluation.step_fingerprint(
+                config, "seed", t0=window.t0.isoformat(), seed=seed, data=rows.window_digest
+            )
+            if force and seed_dir.exists():
+                shutil.rmtree(seed_dir)
+            saved = _saved_seed(seed_dir, fingerprint)
+            if saved is not None:
+                log.info("seed %d of T0 %s already evaluated with these settings (%s): reused", seed, window.t0,
+                         fingerprint)
+                result, predictions = saved
+            else:
+                started = time.monotonic()
+                result, predictions = evaluate_seed(spark, config, rows, events, features, seed, seed_dir)
+                result["cost"]["seed_wall_s"] = time.monotonic() - started
+                _save_seed(seed_dir, fingerprint, result, predictions)
+                log.info(
+                    "seed %d done in %.0fs: NE fm %.4f, vm %.4f, distilled %.4f, solaris tiers1-3 %.4f; coverage "
+                    "tier1 %.1f%% / 1-2 %.1f%% / 1-3 %.1f%%",
+                    seed, result["cost"]["seed_wall_s"],
+                    *(result["variants"][v]["ne"] for v in ("fm", "vm_baseline", "vm_distilled", "solaris_tiers123")),
+                    *(100 * result["coverage"][k] for k in ("tiers1", "tiers1-2", "tiers1-3")),
+                )
+            results.append(result)
+            per_seed_predictions.append(predictions)
+        scored_sets.append(ScoredRequests(events.user_id[rows.scored], events.label[rows.scored],
+                                          tuple(per_seed_predictions)))
+    started = time.monotonic()
+    intervals = bootstrap_intervals(
+        ScoredRequests.concatenate(scored_sets), settings.bootstrap_resamples, config.seed, settings.confidence
+    )
+    if len(windows) > 1:
+        intervals["per_window"] = {
+            w.t0.isoformat(): bootstrap_intervals(s, settings.bootstrap_resamples, config.seed,
+                                                  settings.confidence)["pooled"]
+            for w, s in zip(windows, scored_sets, strict=True)
+        }
+    log.info("user-bootstrap intervals (%d resamples) in %.0fs", settings.bootstrap_resamples,
+             time.monotonic() - started)
     summary = {
         "output": str(out_dir),
-        "t0": t0.isoformat(),
-        "fm_cutoff": window.fm_cutoff.isoformat(),
-        "end": window.end.isoformat(),
-        "settings": settings.model_dump(),
+        "t0": [w.t0.isoformat() for w in windows],
+        "windows": [
+            {"t0": w.t0.isoformat(), "fm_cutoff": w.fm_cutoff.isoformat(), "end": w.end.isoformat(),
+             "requests": int(s.labels.size), "users": int(np.unique(s.users).size)}
+            for w, s in zip(windows, scored_sets, strict=True)
+        ],
+        "requests": {"scored": intervals["n_requests"], "users": intervals["n_users"]},
+        "settings": settings.model_dump(mode="json"),
         "warehouse": str(config.warehouse),
-        "seeds": [r["seed"] for r in results],
+        "seeds": seeds,
         **evaluation.aggregate_seeds(results),
+        "intervals": intervals,
         "per_seed": results,
         "wall_s": time.monotonic() - wall,
     }
@@ -386,24 +680,19 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
         spark = get_spark(config, "evaluate")
         summary = run(spark, config, args.as_of, args.name, args.force)
-        from solaris.evaluation.protocol import TRANSFER_VARIANTS
+        from solaris.evaluation.report import interval_text, verdict_lines
 
-        for name, row in summary["variants"].items():
-            ne, tr, pooled = row["ne"], row["transfer_ratio"], row["transfer_ratio_pooled"]
-            ratio = ""
-            if name in TRANSFER_VARIANTS:
-                ratio = (
-                    "  transfer "
-                    + ("n/a" if pooled != pooled else f"{pooled:+.3f}")
-                    + ("" if tr["mean"] is None else f" (per seed {tr['mean']:+.3f} ± {tr['std']:.3f}, n={tr['n']})")
-                )
-            print(f"{name:<20} NE {ne['mean']:.4f} ± {ne['std']:.4f}  AUC {row['auc']['mean']:.4f}{ratio}")
+        pooled = summary["intervals"]["pooled"]
+        for name, row in pooled["ne"].items():
+            print(f"{name:<20} NE {interval_text(row, 4, signed=False)}  "
+                  f"AUC {interval_text(pooled['auc'][name], 4, signed=False)}")
         cov = summary["coverage"]
         print(
             "coverage tier1 {:.1%}, tiers1-2 {:.1%}, tiers1-3 {:.1%}".format(
                 *(cov[k]["mean"] for k in ("tiers1", "tiers1-2", "tiers1-3"))
             )
         )
+        print("\n".join(verdict_lines(summary["intervals"])))
         print(f"report: {summary['output']}/report.md (metrics.json, *.png)")
 
     return run_job("evaluate", body)

@@ -254,6 +254,19 @@ class EvaluationConfig(_Strict):
     step_hours: float = Field(1, gt=0)
     finetune_batch_size: int = Field(256, ge=1)  # VM variants are fine-tuned on the tail (a few thousand rows)
     output: str = "evaluation"  # folder under the warehouse: one sub-folder per evaluation
+    t0s: tuple[datetime, ...] = ()  # windows' T0s when --as-of is not given; none: the densest windows
+    windows: int = Field(1, ge=1)  # how many non-overlapping windows to pick when no T0 is given
+    min_requests: int = Field(5000, ge=1)  # per window: scored requests below this are refused
+    min_users: int = Field(200, ge=1)  # per window: distinct requesting users below this are refused
+    min_training_events: int = Field(10_000, ge=1)  # per window: events up to the FM cutoff
+    bootstrap_resamples: int = Field(1000, ge=1)  # user-bootstrap resamples for the 95 % intervals
+    confidence: float = Field(0.95, gt=0, lt=1)
+
+    @field_validator("t0s")
+    @classmethod
+    def _utc_t0s(cls, values: tuple[datetime, ...]) -> tuple[datetime, ...]:
+        return tuple(v.replace(tzinfo=timezone.utc) if v.tzinfo is None else v.astimezone(timezone.utc)
+                     for v in values)
 
 
 class SolarisConfig(_Strict):

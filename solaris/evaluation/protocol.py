@@ -19,16 +19,18 @@ fewer tiers), ``solaris_distilled`` (tiers 1-3).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Iterable
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from solaris.models import metrics
+from solaris.timeutil import utc_stamp
 
 if TYPE_CHECKING:  # pragma: no cover
     from solaris.config import SolarisConfig
@@ -85,6 +87,115 @@ class EvaluationWindow:
         index = np.ceil((ts - start) / step).astype(np.int64) - 1
         n_ticks = len(self.ticks())
         return np.where((ts > start) & (ts <= self.end.timestamp()) & (index < n_ticks), index, -1)
+
+
+@dataclass(frozen=True)
+class WindowDensity:
+    """How much a window's scored part holds: requests and distinct users in ``(T0, T0 + eval]``."""
+
+    t0: datetime
+    requests: int
+    users: int
+    training_events: int  # events up to the FM cutoff ``T0 - tail``
+
+    def refusal(self, min_requests: int, min_users: int, min_training_events: int) -> str | None:
+        """One-line reason the window is too thin to decide anything, or None."""
+        short = [
+            f"{have:,} {what} (minimum {need:,}: {key})"
+            for have, need, what, key in (
+                (self.requests, min_requests, "scored requests", "evaluation.min_requests"),
+                (self.users, min_users, "distinct requesting users", "evaluation.min_users"),
+                (self.training_events, min_training_events, "events before the FM cutoff",
+                 "evaluation.min_training_events"),
+            )
+            if have < need
+        ]
+        if not short:
+            return None
+        return f"window T0={self.t0.isoformat()} has " + ", ".join(short) + "; choose a denser T0 or lower the minimum"
+
+
+def _bucket(ts: np.ndarray, step_seconds: float) -> np.ndarray:
+    """Index ``b`` of the step ``(b * step, (b + 1) * step]`` holding each timestamp."""
+    return (np.ceil(np.asarray(ts, dtype=np.float64) / step_seconds) - 1).astype(np.int64)
+
+
+def window_densities(
+    ts: np.ndarray, users: np.ndarray, tail_hours: float, eval_hours: float, step_hours: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For every step-aligned T0 over the data: scored requests, distinct users, training events.
+
+    Returns ``(t0_seconds, requests, users, training_events)``, one entry per candidate T0. Distinct
+    users over a sliding window without a loop over users: a user active in step ``b`` counts for the
+    T0s whose window holds ``b``; only the part not already counted by the user's previous active
+    step is added (a difference array), so each user counts once per window.
+    """
+    step = step_hours * 3600.0
+    span, tail = int(round(eval_hours / step_hours)), int(round(tail_hours / step_hours))
+    if span < 1 or tail < 1:
+        raise ValueError("eval_hours and tail_hours must be at least one step")
+    buckets = _bucket(ts, step)
+    first, last = int(buckets.min()), int(buckets.max())
+    size = last - first + 1
+    per_bucket = np.bincount(buckets - first, minlength=size)
+    cumulative = np.concatenate([[0], np.cumsum(per_bucket)])
+    k = np.arange(size)  # candidate T0 = (first + k) * step: scored buckets k .. k + span - 1
+    requests = cumulative[np.minimum(k + span, size)] - cumulative[k]
+    training = cumulative[np.clip(k - tail, 0, size)]  # buckets < k - tail: ts <= T0 - tail
+    pairs = np.unique(np.stack([np.asarray(users, dtype=np.int64), buckets - first]), axis=1)
+    user_of, active = pairs[0], pairs[1]
+    start = active - span + 1
+    same_user = np.concatenate([[False], user_of[1:] == user_of[:-1]])
+    previous = np.concatenate([[0], active[:-1]])
+    start = np.where(same_user, np.maximum(start, previous + 1), start)
+    diff = np.zeros(size + 1, dtype=np.int64)
+    np.add.at(diff, np.clip(start, 0, size), 1)
+    np.add.at(diff, active + 1, -1)
+    distinct = np.cumsum(diff)[:size]
+    return (first + k) * step, requests, distinct, training
+
+
+def densest_windows(
+    ts: np.ndarray, users: np.ndarray, tail_hours: float, eval_hours: float, step_hours: float, count: int,
+    min_requests: int, min_users: int, min_training_events: int,
+) -> list[WindowDensity]:
+    """Up to ``count`` non-overlapping windows with the most distinct requesting users.
+
+    Why users first: requests of one user are correlated (bursts), so the number of users is what
+    narrows the intervals. Only windows meeting every minimum qualify; windows (tail included) do
+    not overlap, so no request is scored twice and no tail holds another window's scored requests.
+    """
+    t0s, requests, distinct, training = window_densities(ts, users, tail_hours, eval_hours, step_hours)
+    eligible = (requests >= min_requests) & (distinct >= min_users) & (training >= min_training_events)
+    reach = int(round((tail_hours + eval_hours) / step_hours))
+    chosen: list[WindowDensity] = []
+    order = np.lexsort((np.arange(t0s.size), -requests, -distinct))  # users, then requests, then earliest
+    taken = np.zeros(t0s.size, dtype=bool)
+    for index in order[eligible[order]]:
+        if len(chosen) == count:
+            break
+        if taken[index]:
+            continue
+        chosen.append(WindowDensity(datetime.fromtimestamp(float(t0s[index]), tz=timezone.utc),
+                                    int(requests[index]), int(distinct[index]), int(training[index])))
+        taken[max(0, index - reach + 1) : index + reach] = True
+    return sorted(chosen, key=lambda w: w.t0)
+
+
+def density_at(
+    ts: np.ndarray, users: np.ndarray, t0: datetime, tail_hours: float, eval_hours: float
+) -> WindowDensity:
+    """Requests, distinct users and training events of the window at a given T0."""
+    ts = np.asarray(ts, dtype=np.float64)
+    start, end = t0.timestamp(), t0.timestamp() + eval_hours * 3600.0
+    scored = (ts > start) & (ts <= end)
+    return WindowDensity(t0, int(scored.sum()), int(np.unique(np.asarray(users)[scored]).size),
+                         int((ts <= start - tail_hours * 3600.0).sum()))
+
+
+def default_name(t0s: Iterable[datetime]) -> str:
+    """Output folder of an evaluation: ``t0-<stamp>[_<stamp>...]`` of its windows."""
+    return "t0-" + "_".join(utc_stamp(t) for t in t0s)
 
 
 def served_up_to_tier(vectors: np.ndarray, tiers: np.ndarray, max_tier: int) -> tuple[np.ndarray, np.ndarray]:
@@ -165,29 +276,47 @@ def aggregate_seeds(seed_results: list[dict]) -> dict:
     return out
 
 
-def seed_fingerprint(t0: datetime, config: SolarisConfig) -> dict:
-    """Everything one seed's result depends on (JSON-plain), to know when a saved one is reusable."""
-    return json.loads(
-        json.dumps(
-            {
-                "t0": t0.isoformat(),
-                "evaluation": config.evaluation.model_dump(),
-                "model": config.model.model_dump(),
-                "precompute": config.precompute.model_dump(),
-                "enrichment": config.enrichment.model_dump(),
-            },
-            default=str,
-        )
-    )
+# Settings each cached step depends on, as dotted paths into the config. A step is reused only
+# when the fingerprint of these settings, its as-of, its seed and its input data all match.
+STEP_SETTINGS: dict[str, tuple[str, ...]] = {
+    "fm": ("model.embedding_dim", "model.history_length", "model.fm", "model.training"),
+    "vm_baseline": ("model.embedding_dim", "model.history_length", "model.vm", "model.training"),
+    # the teacher (cross-fitted fold FMs or the served FM) shapes the soft labels: FM settings count
+    "vm_distilled": ("model.embedding_dim", "model.history_length", "model.vm", "model.fm", "model.training",
+                     "model.distillation"),
+    # the replayed tables also depend on the models, through their checkpoint versions (content hashes)
+    "replay": ("model.embedding_dim", "model.history_length", "precompute", "enrichment", "tables",
+               "evaluation.tail_hours", "evaluation.eval_hours", "evaluation.step_hours"),
+    # a seed's result: everything above plus how the variants are fine-tuned and scored
+    "seed": ("model", "precompute", "enrichment", "tables", "evaluation.tail_hours", "evaluation.eval_hours",
+             "evaluation.step_hours", "evaluation.finetune_batch_size"),
+}
 
 
-def same_settings(saved: dict | None, current: dict) -> bool:
-    """Equal fingerprints, ignoring how many seeds the evaluation runs (a seed's result does not
-    depend on it: adding or dropping seeds reuses the finished ones)."""
+def _setting(config: SolarisConfig, dotted: str) -> Any:
+    node: Any = config
+    for key in dotted.split("."):
+        node = getattr(node, key)
+    return node.model_dump(mode="json") if hasattr(node, "model_dump") else node
 
-    def strip(fingerprint: dict) -> dict:
-        plain = json.loads(json.dumps(fingerprint, default=str))
-        plain.get("evaluation", {}).pop("seeds", None)
-        return plain
 
-    return saved is not None and strip(saved) == strip(current)
+def step_fingerprint(config: SolarisConfig, step: str, **inputs: Any) -> str:
+    """Hash of the settings ``step`` depends on (:data:`STEP_SETTINGS`) and its other inputs.
+
+    ``inputs`` are the as-of, the seed, the data digest, upstream checkpoint versions: anything
+    JSON-plain. Two runs share a cached result exactly when their fingerprints are equal.
+    """
+    if step not in STEP_SETTINGS:
+        raise ValueError(f"unknown step {step!r}; expected one of {sorted(STEP_SETTINGS)}")
+    settings = {dotted: _setting(config, dotted) for dotted in STEP_SETTINGS[step]}
+    text = json.dumps({"step": step, "settings": settings, "inputs": inputs}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
+
+
+def events_digest(user_id: np.ndarray, item_id: np.ndarray, ts: np.ndarray, label: np.ndarray) -> str:
+    """Content hash of an event window (ids, times, labels): a re-ingest or an edit changes it."""
+    digest = hashlib.sha256()
+    for array, dtype in ((user_id, np.int64), (item_id, np.int64), (ts, np.int64), (label, np.float32)):
+        digest.update(np.ascontiguousarray(array, dtype=dtype).tobytes())
+    digest.update(str(np.asarray(ts).size).encode())
+    return digest.hexdigest()[:20]

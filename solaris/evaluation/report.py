@@ -36,46 +36,141 @@ def _pm(cell: dict, digits: int = 4, percent: bool = False) -> str:
     return f"{scale * cell['mean']:.{digits}f}{unit} ± {scale * cell['std']:.{digits}f}{unit}"
 
 
+def _signed(value: float | None, digits: int) -> str:
+    return "n/a" if value is None else f"{value:+.{digits}f}".replace("-", "\u2212")
+
+
+def interval_text(cell: dict | None, digits: int = 3, signed: bool = True) -> str:
+    """``estimate [low, high]`` of an interval dict; unbounded intervals are said to be."""
+    if not cell or cell.get("estimate") is None:
+        return "n/a"
+    show = (lambda v: _signed(v, digits)) if signed else (lambda v: "n/a" if v is None else f"{v:.{digits}f}")
+    if cell.get("low") is None or cell.get("high") is None:
+        return f"{show(cell['estimate'])} [unbounded: undefined in {100 * cell['undefined_share']:.0f} % of resamples]"
+    return f"{show(cell['estimate'])} [{show(cell['low'])}, {show(cell['high'])}]"
+
+
+def _verdict(cell: dict | None, ahead: str, behind: str) -> str:
+    if not cell or cell.get("estimate") is None:
+        return "undefined on these data."
+    if cell.get("low") is None or cell.get("high") is None:
+        return "the interval is unbounded: no conclusion."
+    if cell["low"] <= 0 <= cell["high"]:
+        return "the interval includes 0: no difference shown."
+    return (ahead if cell["low"] > 0 else behind) + "."
+
+
+def verdict_lines(intervals: dict) -> list[str]:
+    """One line per comparison, generated from the pooled user-bootstrap intervals."""
+    pooled = intervals["pooled"]
+    level = f"({100 * intervals['confidence']:g} %, users resampled)"
+    lines = [
+        f"- FM vs VM baseline: \u0394NE = NE_VM \u2212 NE_FM = {interval_text(pooled['fm_vm_gap'], 4)} {level} \u2014 "
+        + _verdict(pooled["fm_vm_gap"], "the FM is better, so there is a gain to transfer",
+                   "the VM is better: no gain to transfer, transfer ratios are meaningless")
+    ]
+    for name in TRANSFER_VARIANTS:
+        if name in pooled["transfer_ratio"] and name != "fm":
+            cell = pooled["transfer_ratio"][name]
+            lines.append(f"- {LABELS[name]} vs VM baseline: TR = {interval_text(cell)} {level} \u2014 "
+                         + _verdict(cell, "it transfers part of the FM's gain", "it is worse than the VM baseline"))
+    for comparison in pooled["comparisons"].values():
+        a, b = LABELS[comparison["variant"]], LABELS[comparison["reference"]]
+        cell = comparison["transfer_ratio_difference"]
+        lines.append(f"- {a} vs {b}: \u0394TR = {interval_text(cell)} {level} \u2014 "
+                     + _verdict(cell, f"{a} transfers more", f"{a} transfers less"))
+    return lines
+
+
 def render_markdown(summary: dict, plots: list[str]) -> str:
     settings = summary["settings"]
     seeds = summary["seeds"]
-    first = summary["per_seed"][0]
+    intervals = summary["intervals"]
+    pooled = intervals["pooled"]
+    windows = summary["windows"]
     lines = [
         "# SOLARIS knowledge-transfer evaluation",
         "",
-        f"- Split T0 = {summary['t0']}; serving FM and verifier trained on events up to {summary['fm_cutoff']}; "
-        f"replay every {settings['step_hours']:g} h from there to {summary['end']} "
-        f"(tail {settings['tail_hours']:g} h used to fine-tune the VM variants, "
-        f"then {settings['eval_hours']:g} h scored).",
-        f"- Seeds: {', '.join(map(str, seeds))} (mean ± std over seeds; every seed retrains every model and replays).",
-        f"- Scored requests per seed: {first['requests']['scored']} (base rate {first['requests']['base_rate']:.3f}); "
-        f"tail requests: {first['requests']['tail']}.",
+        f"## Verdict ({intervals['n_requests']:,} scored requests from {intervals['n_users']:,} distinct users, "
+        f"{len(windows)} window(s), {len(seeds)} seed(s); {intervals['resamples']} user resamples)",
+        "",
+        *verdict_lines(intervals),
+        "",
+        "Intervals: percentile bootstrap over users (all of a drawn user's requests kept; one draw applied to "
+        "every variant and seed, so differences are paired); statistics are averaged over seeds, on the "
+        "requests of every window together. TR = (NE_VM \u2212 NE_variant) / (NE_VM \u2212 NE_FM).",
+        "",
+        "## Set-up",
+        "",
+    ]
+    for window in windows:
+        lines.append(
+            f"- Window T0 = {window['t0']}: serving FM and verifier trained on events up to {window['fm_cutoff']}; "
+            f"{window['requests']:,} scored requests from {window['users']:,} users in (T0, {window['end']}]."
+        )
+    lines += [
+        f"- Replay every {settings['step_hours']:g} h from the cutoff to the window's end (tail "
+        f"{settings['tail_hours']:g} h fine-tunes the VM variants, then {settings['eval_hours']:g} h scored).",
+        f"- Seeds: {', '.join(map(str, seeds))} (every seed retrains every model and replays).",
         "- Every feature is point-in-time: histories strictly before the request; FM embeddings from the snapshot "
         "published at the last tick before it (older than the request, TTL enforced by the resolver).",
         "",
         "## Quality per variant",
         "",
-        "| variant | NE | log-loss | AUC | calibration | transfer ratio (pooled) | transfer ratio per seed |",
-        "|---|---|---|---|---|---|---|",
+        "| variant | NE [95 %] | AUC [95 %] | calibration | transfer ratio [95 %] | TR per seed (mean \u00b1 std) |",
+        "|---|---|---|---|---|---|",
     ]
     for name in VARIANTS:
         row = summary["variants"][name]
-        pooled, ratio = "-", "-"
+        ratio, per_seed = "-", "-"
         if name in TRANSFER_VARIANTS:
-            pooled = "n/a" if row.get("transfer_ratio_pooled") is None else f"{row['transfer_ratio_pooled']:.3f}"
-            ratio = _pm(row["transfer_ratio"], 3)
-            if row["transfer_ratio"]["n"] < len(seeds):
-                ratio += f" ({row['transfer_ratio']['n']} of {len(seeds)} seeds)"
+            ratio = interval_text(pooled["transfer_ratio"].get(name))
+            per_seed = _pm(row["transfer_ratio"], 3)
+            if row["transfer_ratio"]["n"] < len(summary["per_seed"]):
+                per_seed += f" ({row['transfer_ratio']['n']} of {len(summary['per_seed'])})"
         lines.append(
-            f"| {LABELS[name]} | {_pm(row['ne'])} | {_pm(row['log_loss'])} | {_pm(row['auc'])} | "
-            f"{_pm(row['calibration'], 3)} | {pooled} | {ratio} |"
+            f"| {LABELS[name]} | {interval_text(pooled['ne'][name], 4, signed=False)} | "
+            f"{interval_text(pooled['auc'][name], 4, signed=False)} | {_pm(row['calibration'], 3)} | {ratio} | "
+            f"{per_seed} |"
         )
     lines += [
         "",
-        "transfer ratio = (NE_VM − NE_variant) / (NE_VM − NE_FM): the share of the FM's NE gain the variant recovers "
-        "(published SOLARIS: 42–44 %; distillation 20–25 %). *Pooled* uses the NEs averaged over seeds; *per seed* "
-        "is mean ± std of each seed's ratio, over the seeds whose FM beat their VM baseline (otherwise there is no "
-        "gain to transfer and the ratio is undefined).",
+        "| comparison | \u0394NE (variant \u2212 reference) [95 %] | \u0394TR [95 %] |",
+        "|---|---|---|",
+    ]
+    for name, cell in pooled["ne_vs_baseline"].items():
+        lines.append(f"| {LABELS[name]} vs VM baseline | {interval_text(cell, 4)} | - |")
+    for comparison in pooled["comparisons"].values():
+        lines.append(
+            f"| {LABELS[comparison['variant']]} vs {LABELS[comparison['reference']]} | "
+            f"{interval_text(comparison['ne_difference'], 4)} | "
+            f"{interval_text(comparison['transfer_ratio_difference'])} |"
+        )
+    lines += [
+        "",
+        "Per seed (same resamples, one seed at a time): "
+        + "; ".join(
+            f"seed {seed}: \u0394NE FM\u2013VM {interval_text(cell['fm_vm_gap'], 4)}, TR SOLARIS 1-3 "
+            f"{interval_text(cell['transfer_ratio'].get('solaris_tiers123'))}"
+            for seed, cell in zip(seeds, intervals["per_seed"], strict=True)
+        )
+        + ".",
+        "",
+        *(
+            [
+                "Per window (pooled over seeds): "
+                + "; ".join(
+                    f"T0 {t0}: \u0394NE FM\u2013VM {interval_text(cell['fm_vm_gap'], 4)}, TR SOLARIS 1-3 "
+                    f"{interval_text(cell['transfer_ratio'].get('solaris_tiers123'))}"
+                    for t0, cell in intervals["per_window"].items()
+                )
+                + ".",
+                "",
+            ]
+            if intervals.get("per_window")
+            else []
+        ),
+        "Published: SOLARIS 42\u201344 %, distillation 20\u201325 % transfer.",
         "",
         "## Coverage of the scored requests",
         "",
@@ -95,16 +190,16 @@ def render_markdown(summary: dict, plots: list[str]) -> str:
     cost = summary["cost"]
     lines += [
         "",
-        "(published: ~40–50 % from direct precompute, ~90–100 % with the hierarchy)",
+        "(published: ~40\u201350 % from direct precompute, ~90\u2013100 % with the hierarchy)",
         "",
         "## Cost",
         "",
         f"- FM forward passes spent per scored request (pairs precomputed + users represented for KNN, in the scored "
-        f"window): {_pm(cost['fm_passes_per_request'], 2)} — versus 1.0 for running the FM on every request "
-        "on the serving path, which the latency budget does not allow.",
-        f"- Wall time per seed: {_pm(cost['seed_wall_s'], 0)} s (replay {_pm(cost['replay_s'], 0)} s, FM + verifier "
-        f"{_pm(cost['train_fm_and_verifier_s'], 0)} s, "
-        f"distilled incl. cross-fitted teacher {_pm(cost['train_distilled_s'], 0)} s).",
+        f"window): {_pm(cost.get('fm_passes_per_request'), 2)} \u2014 versus 1.0 for running the FM on every "
+        "request on the serving path, which the latency budget does not allow.",
+        f"- Wall time per seed and window: {_pm(cost.get('seed_wall_s'), 0)} s "
+        f"(models {_pm(cost.get('train_models_s'), 0)} s, replay {_pm(cost.get('replay_s'), 0)} s, "
+        f"fine-tuning {_pm(cost.get('finetune_vms_s'), 0)} s).",
         "",
         "## Plots",
         "",
@@ -147,6 +242,18 @@ def _time_series(ax: Axes, summary: dict, series: tuple[tuple[str, str], ...]) -
     ax.set_xticks(range(len(ticks))[::every], [t[5:16] for t in ticks][::every], rotation=30, ha="right", fontsize=8)
 
 
+def _bars(cells: list[dict | None], scale: float) -> tuple[list[float], list[float], list[float]]:
+    """Estimates and asymmetric error lengths of interval dicts (0 where undefined or unbounded)."""
+    estimates, low_err, high_err = [], [], []
+    for cell in cells:
+        estimate = None if not cell else cell.get("estimate")
+        estimates.append(0.0 if estimate is None else scale * estimate)
+        bounded = cell is not None and estimate is not None and cell.get("low") is not None
+        low_err.append(scale * (estimate - cell["low"]) if bounded and cell else 0.0)
+        high_err.append(scale * (cell["high"] - estimate) if bounded and cell else 0.0)
+    return estimates, low_err, high_err
+
+
 def write_plots(out_dir: Path, summary: dict) -> list[Path]:
     import matplotlib
 
@@ -156,17 +263,11 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
     paths = []
     n_seeds = len(summary["seeds"])
 
+    pooled = summary["intervals"]["pooled"]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     names = list(TRANSFER_VARIANTS)
-    means = [summary["variants"][n].get("transfer_ratio_pooled") for n in names]
-    stds = [summary["variants"][n]["transfer_ratio"]["std"] for n in names]
-    ax.bar(
-        range(len(names)),
-        [0 if m is None else 100 * m for m in means],
-        yerr=[0 if s is None else 100 * s for s in stds],
-        capsize=4,
-        color="#4c72b0",
-    )
+    estimates, low_err, high_err = _bars([pooled["transfer_ratio"].get(n) for n in names], 100.0)
+    ax.bar(range(len(names)), estimates, yerr=[low_err, high_err], capsize=4, color="#4c72b0")
     ax.axhspan(42, 44, color="#55a868", alpha=0.3, label="published SOLARIS (42-44%)")
     ax.axhspan(20, 25, color="#c44e52", alpha=0.2, label="published distillation (20-25%)")
     ax.set_xticks(range(len(names)), [LABELS[n] for n in names], rotation=20, ha="right", fontsize=8)
@@ -176,7 +277,7 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
             fig,
             ax,
             out_dir / "transfer_ratio.png",
-            f"Knowledge transfer per variant (pooled over {n_seeds} seeds; bars: std of per-seed ratios)",
+            f"Transfer per variant ({n_seeds} seeds; 95 % user-bootstrap intervals)",
             "transfer ratio (% of FM's NE gain)",
         )
     )
@@ -211,22 +312,19 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     xs = [0.0] + [100 * summary["coverage"][COVERAGE_OF[v]]["mean"] for v in COVERAGE_OF]
-    ys = [summary["variants"]["vm_baseline"]["ne"]["mean"]] + [
-        summary["variants"][v]["ne"]["mean"] for v in COVERAGE_OF
-    ]
-    errs = [summary["variants"]["vm_baseline"]["ne"]["std"]] + [
-        summary["variants"][v]["ne"]["std"] for v in COVERAGE_OF
-    ]
+    ys, low_err, high_err = _bars([pooled["ne"][v] for v in ("vm_baseline", *COVERAGE_OF)], 1.0)
+    errs = [low_err, high_err]
     ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=4, label="VM baseline -> VM+SOLARIS tier 1, 1-2, 1-3")
     for name, style in (("fm", "--"), ("vm_distilled", ":")):
         ax.axhline(
-            summary["variants"][name]["ne"]["mean"],
+            pooled["ne"][name]["estimate"],
             linestyle=style,
             color="grey" if name == "fm" else "#c44e52",
             label=LABELS[name],
         )
     ax.set_xlabel("coverage of scored requests (%)")
-    paths.append(_finish(fig, ax, out_dir / "ne_vs_coverage.png", "NE vs coverage", "NE (lower is better)"))
+    paths.append(_finish(fig, ax, out_dir / "ne_vs_coverage.png", "NE vs coverage (95 % user-bootstrap intervals)",
+                         "NE (lower is better)"))
     return paths
 
 

@@ -85,11 +85,27 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
     seed = summary["per_seed"][0]
     assert len(seed["per_tick"]) == 4 and seed["requests"]["scored"] > 300  # 2 h tail + 2 h scored, hourly
     assert seed["cost"]["fm_passes_per_request"] > 0
-    assert "transfer " in done.stdout and "coverage tier1" in done.stdout
+    assert "FM vs VM baseline" in done.stdout and "users resampled" in done.stdout and "coverage tier1" in done.stdout
+
+    assert summary["requests"]["scored"] == seed["requests"]["scored"] and summary["requests"]["users"] > 20
+    pooled = summary["intervals"]["pooled"]
+    assert pooled["ne"]["fm"]["low"] <= pooled["ne"]["fm"]["estimate"] <= pooled["ne"]["fm"]["high"]
+    assert "## Verdict" in (out / "report.md").read_text().split("## Set-up")[0]
 
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ})
     assert again.returncode == 0 and "already evaluated" in again.stderr  # a finished seed is kept, not redone
     assert _variants(out / "metrics.json") == summary["variants"]
+
+    # A setting the replay depends on (not the models): the checkpoints are reused, the replay and the
+    # seed's result are recomputed - never the old settings' results under the new label.
+    changed = subprocess.run([*command, "--set", "precompute.ttl_hours=2"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=1200, env={**os.environ})
+    assert changed.returncode == 0, (changed.stdout + changed.stderr)[-4000:]
+    assert "already evaluated" not in changed.stderr and "recomputing" in changed.stderr
+    assert "reusing fm checkpoint" in changed.stderr and "tables dropped, replaying" in changed.stderr
+    result = json.loads((out / "20260103T120000Z" / "seed-42" / "result.json").read_text())["result"]
+    assert result["replay"]["ticks_run"] == 4 and set(result["models"]["reused"]) == {"fm", "vm_baseline",
+                                                                                       "vm_distilled"}
 
 
 def test_shuffled_labels_in_the_scored_window_give_chance_auc_for_every_variant(spark, template, tmp_path):

@@ -11,7 +11,9 @@ import torch
 
 from solaris.config import load_config
 from solaris.evaluation import protocol as evaluation
+from solaris.evaluation.bootstrap import ScoredRequests, bootstrap_intervals
 from solaris.evaluation.report import write_report
+from solaris.jobs import evaluate as evaluate_job
 from solaris.models.features import training_features
 from solaris.models.training import predict, vm_spec, warm_start_vm
 from solaris.models.vm import VerticalModel
@@ -113,19 +115,35 @@ def test_report_files_from_a_summary(tmp_path):
                  "tiers1": 0.5, "tiers1-2": 0.8, "tiers1-3": 0.9, "candidates_hit_rate": 0.3,
                  "verified_hit_rate": 0.2} for h in range(10, 15)]
     coverage = {k: cell(0.5) for k in ("tier1", "tier2", "tier3", "none", "tiers1", "tiers1-2", "tiers1-3")}
-    cost = {k: cell(1.0) for k in ("fm_passes_per_request", "seed_wall_s", "replay_s", "train_fm_and_verifier_s",
-                                    "train_distilled_s")}
-    summary = {"output": str(tmp_path), "t0": T0.isoformat(), "fm_cutoff": "x", "end": "y", "seeds": [1, 2],
+    cost = {k: cell(1.0) for k in ("fm_passes_per_request", "seed_wall_s", "replay_s", "train_models_s",
+                                    "finetune_vms_s")}
+    rng = np.random.default_rng(0)
+    users, labels = rng.integers(0, 40, 400), (rng.random(400) < 0.5).astype(np.float32)
+    weak, strong = labels - 0.5 + rng.normal(0, 1, 400), labels - 0.5 + rng.normal(0, 0.3, 400)
+    predictions = {name: 1 / (1 + np.exp(-weak)) for name in evaluation.VARIANTS}
+    predictions["fm"] = 1 / (1 + np.exp(-4 * strong))
+    intervals = bootstrap_intervals(ScoredRequests(users, labels, (predictions, predictions)), resamples=50)
+    intervals["per_window"] = {T0.isoformat(): intervals["pooled"]}
+    summary = {"output": str(tmp_path), "t0": [T0.isoformat()], "seeds": [1, 2],
+               "windows": [{"t0": T0.isoformat(), "fm_cutoff": "x", "end": "y", "requests": 400, "users": 40}],
                "settings": {"step_hours": 1, "tail_hours": 2, "eval_hours": 3}, "variants": variants,
-               "coverage": coverage, "cost": cost, "nan": float("nan"),
+               "coverage": coverage, "cost": cost, "nan": float("nan"), "intervals": intervals,
                "per_seed": [{"per_tick": per_tick, "requests": {"scored": 30, "tail": 20, "base_rate": 0.5}}] * 2}
     paths = write_report(tmp_path, summary)
     names = {p.name for p in paths}
     assert {"metrics.json", "report.md", "transfer_ratio.png", "coverage_over_time.png", "hit_rate.png",
             "ne_vs_coverage.png"} <= names
-    assert json.loads((tmp_path / "metrics.json").read_text())["nan"] is None  # strict JSON, no NaN
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["nan"] is None  # strict JSON, no NaN
+    assert saved["intervals"]["pooled"]["fm_vm_gap"]["low"] > 0  # the FM is clearly better here
     report = (tmp_path / "report.md").read_text()
     assert "VM+SOLARIS tiers 1-3" in report and "![transfer_ratio](transfer_ratio.png)" in report
+    verdict = report.split("## Set-up")[0]  # the report opens with the verdict lines
+    assert "FM vs VM baseline: \u0394NE" in verdict and "the FM is better" in verdict
+    # every VM variant predicts the same here: their differences are exactly 0, and said to be no difference
+    assert "VM+SOLARIS tiers 1-3 vs VM distilled: \u0394TR = +0.000 [+0.000, +0.000]" in verdict
+    assert "includes 0: no difference shown" in verdict
+    assert f"Per window (pooled over seeds): T0 {T0.isoformat()}" in report
     assert all((tmp_path / n).stat().st_size > 5000 for n in names if n.endswith(".png"))
 
 
@@ -143,12 +161,121 @@ def test_transfer_ratio_undefined_when_the_fm_is_not_better():
     assert np.isnan(summary["variants"]["vm_distilled"]["transfer_ratio_pooled"])
 
 
-def test_a_saved_seed_is_reused_whatever_the_seed_count_but_not_across_settings():
+def test_a_step_is_recomputed_exactly_when_a_setting_it_depends_on_changes():
     base = load_config()
-    saved = evaluation.seed_fingerprint(T0, base)
-    more_seeds = load_config(overrides=["evaluation.seeds=5"])
-    longer_tail = load_config(overrides=["evaluation.tail_hours=48"])
-    assert evaluation.same_settings(saved, evaluation.seed_fingerprint(T0, more_seeds))
-    assert not evaluation.same_settings(saved, evaluation.seed_fingerprint(T0, longer_tail))
-    assert not evaluation.same_settings(saved, evaluation.seed_fingerprint(T0.replace(hour=13), base))
-    assert not evaluation.same_settings(None, saved)
+    inputs = {"as_of": T0.isoformat(), "seed": 42, "data": "abc"}
+    fm = evaluation.step_fingerprint(base, "fm", **inputs)
+    assert fm == evaluation.step_fingerprint(load_config(), "fm", **inputs)  # unchanged rerun: reused
+    # a setting the FM depends on, its as-of, its seed or its data: recomputed
+    assert fm != evaluation.step_fingerprint(load_config(overrides=["model.fm.d_model=32"]), "fm", **inputs)
+    assert fm != evaluation.step_fingerprint(load_config(overrides=["model.training.max_epochs=2"]), "fm", **inputs)
+    assert fm != evaluation.step_fingerprint(base, "fm", **{**inputs, "seed": 43})
+    assert fm != evaluation.step_fingerprint(base, "fm", **{**inputs, "as_of": "2026-01-03T13:00:00+00:00"})
+    assert fm != evaluation.step_fingerprint(base, "fm", **{**inputs, "data": "abd"})
+    # settings it does not depend on: reused (a TTL change replays, it does not retrain the FM)
+    ttl = load_config(overrides=["precompute.ttl_hours=3"])
+    assert fm == evaluation.step_fingerprint(ttl, "fm", **inputs)
+    assert evaluation.step_fingerprint(ttl, "replay", **inputs) != evaluation.step_fingerprint(base, "replay", **inputs)
+    teacher = load_config(overrides=["model.distillation.teacher=in-sample"])
+    assert evaluation.step_fingerprint(teacher, "vm_baseline", **inputs) == evaluation.step_fingerprint(
+        base, "vm_baseline", **inputs)
+    assert evaluation.step_fingerprint(teacher, "vm_distilled", **inputs) != evaluation.step_fingerprint(
+        base, "vm_distilled", **inputs)
+    # a seed's result: anything in the model, precompute or enrichment counts, the number of seeds does not
+    seed = evaluation.step_fingerprint(base, "seed", **inputs)
+    assert seed == evaluation.step_fingerprint(load_config(overrides=["evaluation.seeds=5"]), "seed", **inputs)
+    for override in ("evaluation.tail_hours=48", "enrichment.knn_k=5", "model.distillation.weight=0.2"):
+        assert seed != evaluation.step_fingerprint(load_config(overrides=[override]), "seed", **inputs), override
+    with pytest.raises(ValueError):
+        evaluation.step_fingerprint(base, "nope")
+
+
+def test_events_digest_sees_any_change_in_the_data():
+    rng = np.random.default_rng(5)
+    users, items, ts = rng.integers(0, 9, 50), rng.integers(0, 9, 50), np.arange(50)
+    labels = (rng.random(50) < 0.5).astype(np.float32)
+    digest = evaluation.events_digest(users, items, ts, labels)
+    assert digest == evaluation.events_digest(users.copy(), items.copy(), ts.copy(), labels.copy())
+    flipped = labels.copy()
+    flipped[3] = 1 - flipped[3]
+    assert digest != evaluation.events_digest(users, items, ts, flipped)
+    assert digest != evaluation.events_digest(users[:-1], items[:-1], ts[:-1], labels[:-1])
+
+
+def test_checkpoints_are_reused_only_for_their_own_fingerprint(tmp_path):
+    config = load_config(overrides=["model.embedding_dim=8"])
+    trained: list[int] = []
+
+    def train():
+        trained.append(1)
+        torch.manual_seed(len(trained))
+        return VerticalModel(vm_spec(config)), {"role": "vm_baseline"}
+
+    root = tmp_path / "vm_baseline"
+    _, first, reused = evaluate_job._trained(root, "vm", None, "fingerprint-a", train)
+    assert not reused and len(trained) == 1
+    _, again, reused = evaluate_job._trained(root, "vm", None, "fingerprint-a", train)  # unchanged: reused
+    assert reused and again == first and len(trained) == 1
+    _, other, reused = evaluate_job._trained(root, "vm", None, "fingerprint-b", train)  # a setting changed
+    assert not reused and other != first and len(trained) == 2
+    assert (root / "LATEST").read_text().strip() == other
+    _, back, reused = evaluate_job._trained(root, "vm", None, "fingerprint-a", train)  # switched back
+    assert reused and back == first and len(trained) == 2
+    assert (root / "LATEST").read_text().strip() == first  # what the replayed jobs load
+
+
+def test_window_densities_match_a_brute_force_count():
+    rng = np.random.default_rng(8)
+    start = T0.timestamp()
+    ts = np.sort(start + rng.integers(1, 40 * HOUR, 600)).astype(np.int64)
+    users = rng.integers(0, 25, 600)
+    t0s, requests, distinct, training = evaluation.window_densities(ts, users, tail_hours=2, eval_hours=5)
+    for index in range(0, t0s.size, 3):
+        inside = (ts > t0s[index]) & (ts <= t0s[index] + 5 * HOUR)
+        assert requests[index] == inside.sum()
+        assert distinct[index] == np.unique(users[inside]).size
+        assert training[index] == (ts <= t0s[index] - 2 * HOUR).sum()
+
+
+def test_densest_windows_pick_the_bursts_without_overlap_and_respect_the_minimums():
+    rng = np.random.default_rng(9)
+    start = T0.timestamp()
+    background = start + rng.integers(1, 200 * HOUR, 2000)
+    burst_a = start + 50 * HOUR + rng.integers(1, 3 * HOUR, 900)  # 300 users within 3 h
+    burst_b = start + 150 * HOUR + rng.integers(1, 3 * HOUR, 600)  # 150 users
+    ts = np.concatenate([background, burst_a, burst_b]).astype(np.int64)
+    users = np.concatenate([rng.integers(0, 40, 2000), rng.integers(100, 400, 900), rng.integers(500, 650, 600)])
+    order = np.argsort(ts, kind="stable")
+    ts, users = ts[order], users[order]
+    pick = lambda count, **kw: evaluation.densest_windows(  # noqa: E731
+        ts, users, 4, 6, 1, count, **{"min_requests": 100, "min_users": 50, "min_training_events": 100, **kw})
+    (best,) = pick(1)
+    assert start + 44 * HOUR <= best.t0.timestamp() <= start + 50 * HOUR and best.users >= 250
+    both = pick(3)
+    assert len(both) == 2  # only the two bursts reach 50 users; windows do not overlap (tail included)
+    assert both[1].t0.timestamp() - both[0].t0.timestamp() >= 10 * HOUR
+    assert pick(1, min_users=1000) == []
+    assert pick(1, min_training_events=10**6) == []
+    thin = evaluation.density_at(ts, users, T0, 4, 6)
+    reason = thin.refusal(5000, 200, 100)
+    assert reason is not None and "\n" not in reason and "evaluation.min_requests" in reason
+    assert best.refusal(100, 50, 100) is None
+
+
+def test_evaluate_refuses_a_thin_window_and_picks_the_dense_one():
+    from solaris.models.training import EventArrays
+    from solaris.runtime import JobInputError
+
+    rng = np.random.default_rng(10)
+    start = T0.timestamp()
+    ts = np.concatenate([start + rng.integers(1, 100 * HOUR, 3000), start + 60 * HOUR + rng.integers(1, HOUR, 900)])
+    users = np.concatenate([rng.integers(0, 30, 3000), rng.integers(100, 400, 900)])
+    order = np.argsort(ts, kind="stable")
+    events = EventArrays(users[order], users[order] % 7, ts[order].astype(np.int64), np.ones(ts.size, np.float32))
+    config = load_config(overrides=["evaluation.tail_hours=4", "evaluation.eval_hours=6", "evaluation.min_requests=500",
+                                    "evaluation.min_users=100", "evaluation.min_training_events=100"])
+    with pytest.raises(JobInputError, match="distinct requesting users") as refused:
+        evaluate_job.choose_windows(config, events, [T0.replace(hour=T0.hour + 10)])
+    assert "\n" not in str(refused.value)
+    (picked,) = evaluate_job.choose_windows(config, events, None)
+    assert start + 55 * HOUR <= picked.timestamp() <= start + 60 * HOUR  # its scored part holds the burst

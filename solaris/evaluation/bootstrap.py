@@ -1,0 +1,302 @@
+"""Confidence intervals for the evaluation by bootstrap over users (pure numpy).
+
+Why users and not requests: a user's requests come in bursts (tens to hundreds in an hour) and
+share the user's taste, so they are strongly correlated; resampling requests would treat them as
+independent and make every interval too narrow. Here each resample draws users with replacement
+and keeps all of a drawn user's requests (weighted by how often the user was drawn).
+
+Why paired: every variant is scored on the same requests, so one draw of users is applied to all
+variants and all seeds at once. A difference between two variants is computed within each resample,
+and the between-user noise they share cancels - the interval of a difference is much narrower than
+what two separate intervals suggest.
+
+Pooled statistics average the per-seed metric over seeds (the model variance is averaged, not
+resampled: with 3 seeds there is too little to resample), on the requests of every window
+concatenated; per-seed intervals use the same resamples, one seed at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from solaris.evaluation.protocol import TRANSFER_VARIANTS, VARIANTS
+
+_EPS = 1e-7
+BASELINE, UPPER_BOUND = "vm_baseline", "fm"
+# (variant, reference) pairs the report states a verdict on: difference of NE and of transfer ratio
+COMPARISONS: tuple[tuple[str, str], ...] = (
+    ("solaris_tiers123", "vm_distilled"),
+    ("solaris_distilled", "vm_distilled"),
+    ("solaris_tier1", "vm_distilled"),
+    ("solaris_tiers12", "solaris_tier1"),
+    ("solaris_tiers123", "solaris_tiers12"),
+)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate on the data as observed and its bootstrap percentile interval.
+
+    ``low``/``high`` are ``None`` when the statistic was undefined in more than half of the
+    ``1 - confidence`` tail mass of resamples (e.g. a transfer ratio when the FM did not beat the VM
+    in many resamples): the interval is then unbounded and is reported as such.
+    """
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+    undefined_share: float = 0.0
+
+    @property
+    def bounded(self) -> bool:
+        return self.low is not None and self.high is not None
+
+    @property
+    def includes_zero(self) -> bool:
+        return not self.bounded or (self.low is not None and self.high is not None and self.low <= 0 <= self.high)
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {"estimate": self.estimate, "low": self.low, "high": self.high, "undefined_share": self.undefined_share}
+
+
+def percentile_interval(estimate: float, replicates: np.ndarray, confidence: float = 0.95) -> Interval:
+    """Percentile interval of ``replicates`` (NaN = undefined in that resample)."""
+    values = np.asarray(replicates, dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    undefined = 1.0 - finite.size / values.size if values.size else 1.0
+    point = float(estimate) if np.isfinite(estimate) else None
+    if finite.size == 0 or undefined > (1.0 - confidence) / 2:
+        return Interval(point, None, None, undefined)
+    tail = 100 * (1.0 - confidence) / 2
+    low, high = np.percentile(finite, [tail, 100 - tail])
+    return Interval(point, float(low), float(high), undefined)
+
+
+def user_codes(users: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense user index of every request (0..n_users-1) and the number of distinct users."""
+    uniques, codes = np.unique(np.asarray(users), return_inverse=True)
+    return codes.astype(np.int64), int(uniques.size)
+
+
+def resample_counts(n_users: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """``[n_resamples, n_users]``: how many times each user is drawn (with replacement) per resample."""
+    draws = rng.integers(0, n_users, size=(n_resamples, n_users))
+    offsets = (np.arange(n_resamples, dtype=np.int64) * n_users)[:, None]
+    return np.bincount((draws + offsets).ravel(), minlength=n_resamples * n_users).reshape(n_resamples, n_users)
+
+
+def _entropy(rate: np.ndarray) -> np.ndarray:
+    rate = np.clip(rate, _EPS, 1 - _EPS)
+    return -(rate * np.log(rate) + (1 - rate) * np.log(1 - rate))
+
+
+def weighted_ne(labels: np.ndarray, predictions: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """NE in each resample: requests weighted by their user's draw count (``counts[b, user]``).
+
+    Log-loss and base rate are sums over users, so each resample is a matrix product over users.
+    """
+    y = np.asarray(labels, dtype=np.float64)
+    p = np.clip(np.asarray(predictions, dtype=np.float64), _EPS, 1 - _EPS)
+    n_users = counts.shape[1]
+    loss = np.bincount(codes, -(y * np.log(p) + (1 - y) * np.log(1 - p)), minlength=n_users)
+    positives = np.bincount(codes, y, minlength=n_users)
+    requests = np.bincount(codes, minlength=n_users).astype(np.float64)
+    weight = counts @ requests
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (counts @ loss / weight) / _entropy(counts @ positives / weight)
+
+
+PAIR_MATRIX_MAX_USERS = 4000  # above this the users x users matrix is too big: weight requests instead
+
+
+def user_pair_concordance(
+    labels: np.ndarray, predictions: np.ndarray, codes: np.ndarray, n_users: int, block: int = 64
+) -> np.ndarray:
+    """``A[u, v]``: pairs (positive request of u, negative request of v) ranked right, ties half.
+
+    Why: the AUC of a resample that draws user ``u`` ``c_u`` times is ``c^T A c / (c.P * c.N)``, so
+    once ``A`` is known each resample is a product of small matrices instead of a pass over every
+    request. Built block of users by block (cumulative negatives per tie group), no loop per user.
+    """
+    y = np.asarray(labels, dtype=np.float64) > 0.5
+    p = np.asarray(predictions, dtype=np.float64)
+    order = np.argsort(p, kind="mergesort")
+    sorted_p = p[order]
+    group = np.concatenate([[0], np.cumsum(np.diff(sorted_p) != 0)])  # tie group of each sorted request
+    n_groups = int(group[-1]) + 1 if group.size else 0
+    sorted_codes, sorted_y = codes[order], y[order]
+    neg_group, neg_user = group[~sorted_y], sorted_codes[~sorted_y]
+    pos_group, pos_user = group[sorted_y], sorted_codes[sorted_y]
+    by_user = np.argsort(pos_user, kind="stable")
+    pos_group, pos_user = pos_group[by_user], pos_user[by_user]
+    users_with_pos, starts = np.unique(pos_user, return_index=True)
+    out = np.zeros((n_users, n_users), dtype=np.float64)
+    if pos_user.size == 0:
+        return out
+    for first in range(0, n_users, block):
+        width = min(block, n_users - first)
+        mine = (neg_user >= first) & (neg_user < first + width)
+        negatives = np.zeros((n_groups, width), dtype=np.float64)
+        np.add.at(negatives, (neg_group[mine], neg_user[mine] - first), 1.0)
+        ranked = np.cumsum(negatives, axis=0) - 0.5 * negatives  # below the group + half of its ties
+        out[users_with_pos, first : first + width] = np.add.reduceat(ranked[pos_group], starts, axis=0)
+    return out
+
+
+def weighted_auc(
+    labels: np.ndarray, predictions: np.ndarray, codes: np.ndarray, counts: np.ndarray, chunk: int = 64
+) -> np.ndarray:
+    """ROC AUC in each resample, requests weighted by their user's draw count; ties count half.
+
+    With few enough users, through :func:`user_pair_concordance`; otherwise the requests are sorted
+    once and each resample sums its weights over tie groups. NaN when a resample has no positive or
+    no negative.
+    """
+    y = np.asarray(labels, dtype=np.float64)
+    n_users = counts.shape[1]
+    if n_users <= PAIR_MATRIX_MAX_USERS:
+        pairs = user_pair_concordance(y, predictions, codes, n_users)
+        weights = counts.astype(np.float64)
+        positives = weights @ np.bincount(codes, y, minlength=n_users)
+        negatives = weights @ np.bincount(codes, 1 - y, minlength=n_users)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            total = positives * negatives
+            return np.where(total > 0, ((weights @ pairs) * weights).sum(axis=1) / total, np.nan)
+    return _weighted_auc_by_request(y, predictions, codes, counts, chunk)
+
+
+def _weighted_auc_by_request(
+    y: np.ndarray, predictions: np.ndarray, codes: np.ndarray, counts: np.ndarray, chunk: int
+) -> np.ndarray:
+    order = np.argsort(np.asarray(predictions, dtype=np.float64), kind="mergesort")
+    sorted_p, sorted_y, sorted_codes = np.asarray(predictions)[order], y[order], codes[order]
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(sorted_p)) + 1])
+    out = np.empty(counts.shape[0], dtype=np.float64)
+    for first in range(0, counts.shape[0], chunk):
+        weights = counts[first : first + chunk][:, sorted_codes].astype(np.float64)
+        positive = np.add.reduceat(weights * sorted_y, starts, axis=1)
+        negative = np.add.reduceat(weights * (1 - sorted_y), starts, axis=1)
+        below = np.cumsum(negative, axis=1) - negative
+        total = positive.sum(axis=1) * negative.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[first : first + chunk] = np.where(
+                total > 0, (positive * (below + 0.5 * negative)).sum(axis=1) / total, np.nan
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class ScoredRequests:
+    """The scored requests of an evaluation and every seed's predictions on them.
+
+    ``predictions[s][variant]`` are seed ``s``'s probabilities, aligned with ``users``/``labels``
+    (the requests are the same for every seed; the models differ).
+    """
+
+    users: np.ndarray
+    labels: np.ndarray
+    predictions: tuple[dict[str, np.ndarray], ...]
+
+    def __post_init__(self) -> None:
+        if not self.predictions:
+            raise ValueError("no seed predictions")
+        for seed_predictions in self.predictions:
+            for variant, values in seed_predictions.items():
+                if np.asarray(values).shape != np.asarray(self.labels).shape:
+                    raise ValueError(f"predictions of {variant} are not aligned with the labels")
+
+    @staticmethod
+    def concatenate(parts: Iterable["ScoredRequests"]) -> "ScoredRequests":
+        """Requests of several windows as one set (same seeds in each; users keep their ids)."""
+        parts = list(parts)
+        n_seeds = {len(p.predictions) for p in parts}
+        if len(n_seeds) != 1:
+            raise ValueError("every window needs predictions from the same seeds")
+        return ScoredRequests(
+            np.concatenate([p.users for p in parts]),
+            np.concatenate([p.labels for p in parts]),
+            tuple(
+                {v: np.concatenate([p.predictions[s][v] for p in parts]) for v in parts[0].predictions[s]}
+                for s in range(n_seeds.pop())
+            ),
+        )
+
+
+def _transfer(ne: dict[str, np.ndarray], variant: str) -> np.ndarray:
+    gap = ne[BASELINE] - ne[UPPER_BOUND]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(gap > 0, (ne[BASELINE] - ne[variant]) / np.where(gap > 0, gap, 1.0), np.nan)
+
+
+def _summarise(
+    estimate: dict[str, dict[str, np.ndarray]], replicates: dict[str, dict[str, np.ndarray]], confidence: float
+) -> dict:
+    """Intervals of every statistic the report uses, from per-variant NE/AUC (estimate and resamples)."""
+
+    def interval(fn, *args: str) -> dict:  # type: ignore[no-untyped-def]
+        return percentile_interval(float(fn(estimate, *args)), fn(replicates, *args), confidence).to_dict()
+
+    variants = list(estimate["ne"])
+    out: dict = {
+        "ne": {v: interval(lambda m, v: m["ne"][v], v) for v in variants},
+        "auc": {v: interval(lambda m, v: m["auc"][v], v) for v in variants},
+        "fm_vm_gap": interval(lambda m: m["ne"][BASELINE] - m["ne"][UPPER_BOUND]),
+        "ne_vs_baseline": {v: interval(lambda m, v: m["ne"][v] - m["ne"][BASELINE], v) for v in variants
+                           if v != BASELINE},
+        "transfer_ratio": {v: interval(lambda m, v: _transfer(m["ne"], v), v) for v in TRANSFER_VARIANTS
+                           if v in variants},
+        "comparisons": {},
+    }
+    for variant, reference in COMPARISONS:
+        if variant in variants and reference in variants:
+            out["comparisons"][f"{variant}-vs-{reference}"] = {
+                "variant": variant,
+                "reference": reference,
+                "ne_difference": interval(lambda m, a, b: m["ne"][a] - m["ne"][b], variant, reference),
+                "transfer_ratio_difference": interval(
+                    lambda m, a, b: _transfer(m["ne"], a) - _transfer(m["ne"], b), variant, reference
+                ),
+            }
+    return out
+
+
+def bootstrap_intervals(
+    requests: ScoredRequests, resamples: int = 1000, seed: int = 0, confidence: float = 0.95
+) -> dict:
+    """User-bootstrap intervals pooled over seeds (``pooled``) and for each seed (``per_seed``).
+
+    One set of user draws serves every variant and seed (paired). Deterministic given ``seed``.
+    """
+    if resamples < 1:
+        raise ValueError("resamples must be positive")
+    codes, n_users = user_codes(requests.users)
+    # row 0: the data as observed (every user once), then the resamples: one pass gives both
+    counts = np.vstack([np.ones((1, n_users), dtype=np.int64),
+                        resample_counts(n_users, resamples, np.random.default_rng(seed))])
+    variants = [v for v in VARIANTS if all(v in p for p in requests.predictions)]
+    per_seed_estimate, per_seed_replicates = [], []
+    for predictions in requests.predictions:
+        estimate: dict[str, dict[str, np.ndarray]] = {"ne": {}, "auc": {}}
+        replicates: dict[str, dict[str, np.ndarray]] = {"ne": {}, "auc": {}}
+        for v in variants:
+            for metric, fn in (("ne", weighted_ne), ("auc", weighted_auc)):
+                values = fn(requests.labels, predictions[v], codes, counts)
+                estimate[metric][v], replicates[metric][v] = values[0], values[1:]
+        per_seed_estimate.append(estimate)
+        per_seed_replicates.append(replicates)
+
+    def mean_over_seeds(per_seed: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
+        return {m: {v: np.mean([s[m][v] for s in per_seed], axis=0) for v in variants} for m in ("ne", "auc")}
+
+    return {
+        "resamples": resamples,
+        "confidence": confidence,
+        "n_requests": int(codes.size),
+        "n_users": n_users,
+        "n_seeds": len(requests.predictions),
+        "pooled": _summarise(mean_over_seeds(per_seed_estimate), mean_over_seeds(per_seed_replicates), confidence),
+        "per_seed": [_summarise(e, r, confidence) for e, r in zip(per_seed_estimate, per_seed_replicates, strict=True)],
+    }
