@@ -624,11 +624,12 @@ def run(
                 result["cost"]["seed_wall_s"] = time.monotonic() - started
                 _save_seed(seed_dir, fingerprint, result, predictions)
                 log.info(
-                    "seed %d done in %.0fs: NE fm %.4f, vm %.4f, distilled %.4f, solaris tiers1-3 %.4f; coverage "
-                    "tier1 %.1f%% / 1-2 %.1f%% / 1-3 %.1f%%",
+                    "seed %d done in %.0fs: NE fm %.4f, vm %.4f, distilled %.4f, solaris all tiers %.4f; coverage "
+                    "tier1 %.1f%% / 1-2 %.1f%% / 1-3 %.1f%% / 1-4 %.1f%% / 1-5 %.1f%%",
                     seed, result["cost"]["seed_wall_s"],
-                    *(result["variants"][v]["ne"] for v in ("fm", "vm_baseline", "vm_distilled", "solaris_tiers123")),
-                    *(100 * result["coverage"][k] for k in ("tiers1", "tiers1-2", "tiers1-3")),
+                    *(result["variants"][v]["ne"]
+                      for v in ("fm", "vm_baseline", "vm_distilled", evaluation.SOLARIS_ALL)),
+                    *(100 * result["coverage"][k] for k in ("tiers1", "tiers1-2", "tiers1-3", "tiers1-4", "tiers1-5")),
                 )
             results.append(result)
             per_seed_predictions.append(predictions)
@@ -688,8 +689,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"AUC {interval_text(pooled['auc'][name], 4, signed=False)}")
         cov = summary["coverage"]
         print(
-            "coverage tier1 {:.1%}, tiers1-2 {:.1%}, tiers1-3 {:.1%}".format(
-                *(cov[k]["mean"] for k in ("tiers1", "tiers1-2", "tiers1-3"))
+            "coverage tier1 {:.1%}, tiers1-2 {:.1%}, tiers1-3 {:.1%}, tiers1-4 {:.1%}, tiers1-5 {:.1%}".format(
+                *(cov[k]["mean"] for k in ("tiers1", "tiers1-2", "tiers1-3", "tiers1-4", "tiers1-5"))
             )
         )
         print("\n".join(verdict_lines(summary["intervals"])))

@@ -22,17 +22,17 @@ from typing import Iterable
 
 import numpy as np
 
-from solaris.evaluation.protocol import TRANSFER_VARIANTS, VARIANTS
+from solaris.evaluation.protocol import ABLATION, SOLARIS_ALL, TRANSFER_VARIANTS, VARIANTS
 
 _EPS = 1e-7
 BASELINE, UPPER_BOUND = "vm_baseline", "fm"
 # (variant, reference) pairs the report states a verdict on: difference of NE and of transfer ratio
+# (all tiers, the distilled variants and tier 1 against distillation; then what each tier adds to the ones before)
 COMPARISONS: tuple[tuple[str, str], ...] = (
-    ("solaris_tiers123", "vm_distilled"),
+    (SOLARIS_ALL, "vm_distilled"),
     ("solaris_distilled", "vm_distilled"),
-    ("solaris_tier1", "vm_distilled"),
-    ("solaris_tiers12", "solaris_tier1"),
-    ("solaris_tiers123", "solaris_tiers12"),
+    (ABLATION[0], "vm_distilled"),
+    *zip(ABLATION[1:], ABLATION[:-1], strict=True),
 )
 
 

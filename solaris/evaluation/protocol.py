@@ -7,14 +7,15 @@ is summarised, so each rule can be unit-tested on small arrays:
   ticks over ``[T0 - tail, T0 + eval)``, requests of ``(tick, tick + step]`` served by the
   snapshot published at ``tick``;
 * :func:`served_up_to_tier` - the coverage ablation: keep the resolved FM embedding only when
-  its tier is within the allowed ones (tiers are a fallback chain, so "tiers 1-2" means tier-3
-  answers become "nothing served");
+  its tier is within the allowed ones (tiers are a fallback chain in code order, so "tiers 1-2"
+  means answers of tier 3 and beyond become "nothing served");
 * :func:`variant_metrics` / :func:`aggregate_seeds` - per-variant metrics, transfer ratios and
   mean ± std over seeds.
 
 Variants (docs/architecture.md §8): ``fm`` (upper bound), ``vm_baseline``, ``vm_distilled``,
-``solaris_tier1``, ``solaris_tiers12``, ``solaris_tiers123`` (one VM+SOLARIS model fed with
-fewer tiers), ``solaris_distilled`` (tiers 1-3).
+``solaris_tier1``, ``solaris_tiers1-2`` ... ``solaris_tiers1-5`` (one VM+SOLARIS model fed with
+tiers up to k of :mod:`solaris.tiers`; the last one is "all tiers", :data:`SOLARIS_ALL`),
+``solaris_distilled`` (all tiers).
 """
 
 from __future__ import annotations
@@ -30,15 +31,30 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from solaris.models import metrics
+from solaris.tiers import SERVING_ORDER
 from solaris.timeutil import utc_stamp
 
 if TYPE_CHECKING:  # pragma: no cover
     from solaris.config import SolarisConfig
 
-VARIANTS = ("fm", "vm_baseline", "vm_distilled", "solaris_tier1", "solaris_tiers12", "solaris_tiers123",
-            "solaris_distilled")
+
+
+def ablation_variant(max_tier: int) -> str:
+    """Name of the VM+SOLARIS variant fed the served embeddings of tiers ``1..max_tier``."""
+    return "solaris_tier1" if max_tier == 1 else f"solaris_tiers1-{max_tier}"
+
+
+def cumulative_key(max_tier: int) -> str:
+    """Coverage key of tiers ``1..max_tier`` in :func:`coverage_by_tier`."""
+    return "tiers1" if max_tier == 1 else f"tiers1-{max_tier}"
+
+
+ALL_TIERS = SERVING_ORDER[-1]
+SOLARIS_ALL = ablation_variant(ALL_TIERS)  # VM+SOLARIS fed every tier: the variant the verdict is about
+ABLATION = tuple(ablation_variant(tier) for tier in SERVING_ORDER)
+VARIANTS = ("fm", "vm_baseline", "vm_distilled", *ABLATION, "solaris_distilled")
 # variant -> highest tier of served FM embedding it receives
-SOLARIS_MAX_TIER = {"solaris_tier1": 1, "solaris_tiers12": 2, "solaris_tiers123": 3, "solaris_distilled": 3}
+SOLARIS_MAX_TIER = {**{ablation_variant(tier): tier for tier in SERVING_ORDER}, "solaris_distilled": ALL_TIERS}
 TRANSFER_VARIANTS = tuple(v for v in VARIANTS if v not in ("fm", "vm_baseline"))
 METRIC_KEYS = ("log_loss", "ne", "auc", "calibration", "transfer_ratio")
 
@@ -210,7 +226,7 @@ def served_up_to_tier(vectors: np.ndarray, tiers: np.ndarray, max_tier: int) -> 
 
 
 def coverage_by_tier(tiers: np.ndarray) -> dict[str, float]:
-    """Share of requests served by each tier, and cumulatively (tier 1, tiers 1-2, tiers 1-3).
+    """Share of requests served by each tier, and cumulatively (tier 1, tiers 1-2, ..., all tiers).
 
     The shares are the resolver's own (:func:`solaris.serving.resolver.coverage`, what the replay
     logs per tick), under the report's names.
@@ -218,9 +234,10 @@ def coverage_by_tier(tiers: np.ndarray) -> dict[str, float]:
     from solaris.serving.resolver import coverage
 
     shares = coverage(tiers)
-    return {"tier1": shares["tier1"], "tier2": shares["tier2"], "tier3": shares["tier3"], "none": shares["none"],
-            "tiers1": shares["cumulative_tier1"], "tiers1-2": shares["cumulative_tier2"],
-            "tiers1-3": shares["cumulative_tier3"]}
+    out = {f"tier{tier}": shares[f"tier{tier}"] for tier in SERVING_ORDER}
+    out["none"] = shares["none"]
+    out.update({cumulative_key(tier): shares[f"cumulative_tier{tier}"] for tier in SERVING_ORDER})
+    return out
 
 
 def _ratio(ne_vm: float, ne_x: float, ne_fm: float) -> float:

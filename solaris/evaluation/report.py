@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from solaris.evaluation.protocol import TRANSFER_VARIANTS, VARIANTS
+from solaris.evaluation.protocol import (
+    ABLATION,
+    SOLARIS_ALL,
+    SOLARIS_MAX_TIER,
+    TRANSFER_VARIANTS,
+    VARIANTS,
+    cumulative_key,
+)
+from solaris.tiers import SERVING_ORDER, TIER_NAMES
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -22,10 +30,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LABELS = {
     "fm": "FM (upper bound)", "vm_baseline": "VM baseline", "vm_distilled": "VM distilled",
-    "solaris_tier1": "VM+SOLARIS tier 1", "solaris_tiers12": "VM+SOLARIS tiers 1-2",
-    "solaris_tiers123": "VM+SOLARIS tiers 1-3", "solaris_distilled": "VM+SOLARIS+distilled (1-3)",
+    **{name: f"VM+SOLARIS tier{'s 1-' if SOLARIS_MAX_TIER[name] > 1 else ' '}{SOLARIS_MAX_TIER[name]}"
+       for name in ABLATION},
+    "solaris_distilled": f"VM+SOLARIS+distilled (1-{SOLARIS_MAX_TIER['solaris_distilled']})",
 }
-COVERAGE_OF = {"solaris_tier1": "tiers1", "solaris_tiers12": "tiers1-2", "solaris_tiers123": "tiers1-3"}
+COVERAGE_OF = {name: cumulative_key(SOLARIS_MAX_TIER[name]) for name in ABLATION}
+ALL_LABEL = f"SOLARIS 1-{SERVING_ORDER[-1]}"
 
 
 def _pm(cell: dict, digits: int = 4, percent: bool = False) -> str:
@@ -150,8 +160,8 @@ def render_markdown(summary: dict, plots: list[str]) -> str:
         "",
         "Per seed (same resamples, one seed at a time): "
         + "; ".join(
-            f"seed {seed}: \u0394NE FM\u2013VM {interval_text(cell['fm_vm_gap'], 4)}, TR SOLARIS 1-3 "
-            f"{interval_text(cell['transfer_ratio'].get('solaris_tiers123'))}"
+            f"seed {seed}: \u0394NE FM\u2013VM {interval_text(cell['fm_vm_gap'], 4)}, TR {ALL_LABEL} "
+            f"{interval_text(cell['transfer_ratio'].get(SOLARIS_ALL))}"
             for seed, cell in zip(seeds, intervals["per_seed"], strict=True)
         )
         + ".",
@@ -160,8 +170,8 @@ def render_markdown(summary: dict, plots: list[str]) -> str:
             [
                 "Per window (pooled over seeds): "
                 + "; ".join(
-                    f"T0 {t0}: \u0394NE FM\u2013VM {interval_text(cell['fm_vm_gap'], 4)}, TR SOLARIS 1-3 "
-                    f"{interval_text(cell['transfer_ratio'].get('solaris_tiers123'))}"
+                    f"T0 {t0}: \u0394NE FM\u2013VM {interval_text(cell['fm_vm_gap'], 4)}, TR {ALL_LABEL} "
+                    f"{interval_text(cell['transfer_ratio'].get(SOLARIS_ALL))}"
                     for t0, cell in intervals["per_window"].items()
                 )
                 + ".",
@@ -177,16 +187,11 @@ def render_markdown(summary: dict, plots: list[str]) -> str:
         "| served by | share |",
         "|---|---|",
     ]
-    for key, label in (
-        ("tier1", "tier 1 (pair)"),
-        ("tier2", "tier 2 (user aggregate)"),
-        ("tier3", "tier 3 (KNN-imputed)"),
-        ("none", "nothing"),
-        ("tiers1", "cumulative: tier 1"),
-        ("tiers1-2", "cumulative: tiers 1-2"),
-        ("tiers1-3", "cumulative: tiers 1-3"),
-    ):
-        lines.append(f"| {label} | {_pm(summary['coverage'][key], 1, percent=True)} |")
+    rows = [(f"tier{tier}", f"tier {tier} ({TIER_NAMES[tier]})") for tier in SERVING_ORDER]
+    rows.append(("none", "nothing"))
+    rows += [(cumulative_key(tier), f"cumulative: tier{'s 1-' if tier > 1 else ' '}{tier}") for tier in SERVING_ORDER]
+    for key, label in rows:
+        lines.append(f"| {label} | {_pm(summary['coverage'].get(key), 1, percent=True)} |")
     cost = summary["cost"]
     lines += [
         "",
@@ -283,7 +288,8 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
     )
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    _time_series(ax, summary, (("tiers1", "tier 1"), ("tiers1-2", "tiers 1-2"), ("tiers1-3", "tiers 1-3")))
+    _time_series(ax, summary, tuple((cumulative_key(tier), f"tier{'s 1-' if tier > 1 else ' '}{tier}")
+                                    for tier in SERVING_ORDER))
     t0_index = next((i for i, row in enumerate(summary["per_seed"][0]["per_tick"]) if row["scored_window"]), None)
     if t0_index is not None:
         ax.axvline(t0_index - 0.5, color="grey", linestyle="--", label="T0 (scored window starts)")

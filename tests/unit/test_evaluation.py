@@ -50,9 +50,17 @@ def test_tier_ablation_hides_higher_tiers_as_nothing_served():
 
 
 def test_coverage_by_tier_is_cumulative():
-    shares = evaluation.coverage_by_tier(np.array([1, 1, 2, 3, 0, 0, 0, 0]))
-    assert shares["tier1"] == 0.25 and shares["tiers1"] == 0.25
-    assert shares["tiers1-2"] == 0.375 and shares["tiers1-3"] == 0.5 and shares["none"] == 0.5
+    shares = evaluation.coverage_by_tier(np.array([1, 1, 2, 3, 5, 0, 0, 0]))
+    assert shares["tier1"] == 0.25 and shares["tiers1"] == 0.25 and shares["tier4"] == 0
+    assert shares["tiers1-2"] == 0.375 and shares["tiers1-3"] == 0.5 and shares["tiers1-4"] == 0.5
+    assert shares["tiers1-5"] == 0.625 and shares["none"] == 0.375
+
+
+def test_every_tier_has_its_ablation_variant():
+    assert evaluation.ABLATION == ("solaris_tier1", "solaris_tiers1-2", "solaris_tiers1-3", "solaris_tiers1-4",
+                                   "solaris_tiers1-5")
+    assert evaluation.SOLARIS_ALL == "solaris_tiers1-5" == evaluation.ABLATION[-1]
+    assert evaluation.SOLARIS_MAX_TIER["solaris_distilled"] == 5
 
 
 def test_variant_metrics_transfer_ratio_and_seed_aggregate():
@@ -112,9 +120,10 @@ def test_report_files_from_a_summary(tmp_path):
     for name in variants:
         variants[name]["transfer_ratio_pooled"] = 0.4
     per_tick = [{"tick": f"2026-01-03T{h:02d}:00:00+00:00", "scored_window": h >= 12, "requests": 10,
-                 "tiers1": 0.5, "tiers1-2": 0.8, "tiers1-3": 0.9, "candidates_hit_rate": 0.3,
+                 "tiers1": 0.5, "tiers1-2": 0.6, "tiers1-3": 0.8, "tiers1-4": 0.85, "tiers1-5": 0.9,
+                 "candidates_hit_rate": 0.3,
                  "verified_hit_rate": 0.2} for h in range(10, 15)]
-    coverage = {k: cell(0.5) for k in ("tier1", "tier2", "tier3", "none", "tiers1", "tiers1-2", "tiers1-3")}
+    coverage = {k: cell(0.5) for k in evaluation.coverage_by_tier(np.array([1]))}
     cost = {k: cell(1.0) for k in ("fm_passes_per_request", "seed_wall_s", "replay_s", "train_models_s",
                                     "finetune_vms_s")}
     rng = np.random.default_rng(0)
@@ -141,7 +150,7 @@ def test_report_files_from_a_summary(tmp_path):
     verdict = report.split("## Set-up")[0]  # the report opens with the verdict lines
     assert "FM vs VM baseline: \u0394NE" in verdict and "the FM is better" in verdict
     # every VM variant predicts the same here: their differences are exactly 0, and said to be no difference
-    assert "VM+SOLARIS tiers 1-3 vs VM distilled: \u0394TR = +0.000 [+0.000, +0.000]" in verdict
+    assert "VM+SOLARIS tiers 1-5 vs VM distilled: \u0394TR = +0.000 [+0.000, +0.000]" in verdict
     assert "includes 0: no difference shown" in verdict
     assert f"Per window (pooled over seeds): T0 {T0.isoformat()}" in report
     assert all((tmp_path / n).stat().st_size > 5000 for n in names if n.endswith(".png"))
