@@ -64,11 +64,12 @@ class CycleCounter:
         group = f"bench-cycle-{self._serial}-{name}"
         context = self.spark.sparkContext
         before = self.commits()
+        outer = context.getLocalProperty("spark.jobGroup.id")  # the tick's group around a stage's
         context.setJobGroup(group, name)
         try:
             yield
         finally:
-            context.setLocalProperty("spark.jobGroup.id", None)
+            context.setLocalProperty("spark.jobGroup.id", outer)
             after = self.commits()
             jobs, stages, tasks = self.jobs(group)
             per_table = {table: after[table] - before.get(table, 0) for table in after
@@ -170,10 +171,16 @@ def main() -> None:
         counter = CycleCounter(spark, work)
         with counter("tick"):
             cycle = run_cycle(spark, config, tick, measure=True, observe=counter)
-        tick_counts = counter.counts.pop("tick")
-        counter.counts["other"] = {key: tick_counts.get(key, 0) - sum(c.get(key, 0) for c in counter.counts.values())
-                                   for key in tick_counts}
-        counter.counts["tick"] = tick_counts
+        # the tick's own job group holds only the jobs run outside every stage; its commit count
+        # (files in the logs) includes the stages' commits
+        other = counter.counts.pop("tick")
+        stages = list(counter.counts.values())
+        commit_keys = {key for counts in [other, *stages] for key in counts if key.startswith("commits")}
+        for key in commit_keys:
+            other[key] = other.get(key, 0) - sum(counts.get(key, 0) for counts in stages)
+        counter.counts["other"] = other
+        counter.counts["tick"] = {key: other.get(key, 0) + sum(counts.get(key, 0) for counts in stages)
+                                  for key in {key for counts in [other, *stages] for key in counts}}
         rows.append({"counts": counter.counts, "as_of": tick.isoformat(), "seconds": cycle.seconds,
                      "total": cycle.total_seconds, "pairs": cycle.candidates.pairs, "written": cycle.score.written,
                      "coverage_tiers1_3": cycle.coverage.cumulative(3), "requests": cycle.coverage.requests,
