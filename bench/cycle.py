@@ -12,6 +12,12 @@ point-in-time features, 2 threads, measured here on the first tick's real candid
 the median tick. The first tick also pays Spark's warm-up (first jobs, Python workers, model
 loads): it is printed but the medians are taken over all ticks, as a scheduler would see them.
 
+Then what the tick *does*, which a shared machine cannot blur: per stage, the median number of
+Spark jobs, Spark stages and tasks it ran (each stage runs under its own job group, read back
+from ``statusTracker``) and of Delta commits it made (new files in every table's ``_delta_log``);
+``other`` is what the tick did outside the stages (the batched ``runs`` MERGE, caching the
+tick's events).
+
     .venv/bin/python bench/cycle.py --warehouse warehouse --start 2000-12-01T00:00:00Z --ticks 6
 """
 
@@ -22,8 +28,55 @@ import json
 import shutil
 import statistics
 import time
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Iterator
+
+
+class CycleCounter:
+    """Counts the Spark jobs / stages / tasks and the Delta commits of each stage of a tick.
+
+    Why counts: wall seconds on a shared 2-core machine move with the neighbours' load; the number
+    of Spark actions and Delta commits a stage makes is what it costs on any machine, and is what
+    a change to the stage removes.
+    """
+
+    def __init__(self, spark, warehouse: Path) -> None:
+        self.spark, self.warehouse = spark, warehouse
+        self.counts: dict[str, dict[str, int]] = {}
+        self._serial = 0
+
+    def commits(self) -> dict[str, int]:
+        """Commit files per Delta table under the warehouse (``_delta_log/<version>.json``)."""
+        return {log.parent.name: sum(1 for _ in log.glob("*.json")) for log in self.warehouse.glob("*/_delta_log")}
+
+    def jobs(self, group: str | None) -> tuple[int, int, int]:
+        tracker = self.spark.sparkContext.statusTracker()
+        jobs = tracker.getJobIdsForGroup(group)
+        stages = [stage for job in jobs if (info := tracker.getJobInfo(job)) is not None for stage in info.stageIds]
+        tasks = sum(info.numTasks for stage in stages if (info := tracker.getStageInfo(stage)) is not None)
+        return len(jobs), len(stages), tasks
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        self._serial += 1
+        group = f"bench-cycle-{self._serial}-{name}"
+        context = self.spark.sparkContext
+        before = self.commits()
+        outer = context.getLocalProperty("spark.jobGroup.id")  # the tick's group around a stage's
+        context.setJobGroup(group, name)
+        try:
+            yield
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", outer)
+            after = self.commits()
+            jobs, stages, tasks = self.jobs(group)
+            per_table = {table: after[table] - before.get(table, 0) for table in after
+                         if after[table] != before.get(table, 0)}
+            self.counts[name] = {"jobs": jobs, "spark_stages": stages, "tasks": tasks,
+                                 "commits": sum(per_table.values()),
+                                 **{f"commits:{table}": n for table, n in per_table.items()}}
 
 
 def prepare(source: Path, work: Path) -> None:
@@ -72,6 +125,19 @@ def fm_seconds_per_pair(spark, config, as_of, threads: int) -> tuple[float, int]
     return seconds / max(len(pairs), 1), len(pairs)
 
 
+def print_counts(rows: list[dict], names: list[str]) -> None:
+    """Median Spark jobs / stages / tasks and Delta commits per stage over the ticks, commits by table."""
+    print("\nper stage, median over the ticks:  jobs  spark-stages  tasks  commits  (commits by table)")
+    for name in names:
+        seen = [row["counts"].get(name, {}) for row in rows]
+        keys = sorted({key for counts in seen for key in counts})
+        median = {key: statistics.median(counts.get(key, 0) for counts in seen) for key in keys}
+        tables = ", ".join(f"{key.split(':', 1)[1]} {value:g}" for key, value in median.items()
+                           if key.startswith("commits:") and value)
+        print(f"{name:<34} {median.get('jobs', 0):>5g} {median.get('spark_stages', 0):>13g} "
+              f"{median.get('tasks', 0):>6g} {median.get('commits', 0):>8g}  {tables}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,11 +168,24 @@ def main() -> None:
     print("tick                  " + " ".join(f"{name[:10]:>10}" for name in columns) + "      total   pairs")
     rows = []
     for tick in schedule:
-        cycle = run_cycle(spark, config, tick, measure=True)
-        rows.append({"as_of": tick.isoformat(), "seconds": cycle.seconds, "total": cycle.total_seconds,
-                     "pairs": cycle.candidates.pairs, "written": cycle.score.written,
+        counter = CycleCounter(spark, work)
+        with counter("tick"):
+            cycle = run_cycle(spark, config, tick, measure=True, observe=counter)
+        # the tick's own job group holds only the jobs run outside every stage; its commit count
+        # (files in the logs) includes the stages' commits
+        other = counter.counts.pop("tick")
+        stages = list(counter.counts.values())
+        commit_keys = {key for counts in [other, *stages] for key in counts if key.startswith("commits")}
+        for key in commit_keys:
+            other[key] = other.get(key, 0) - sum(counts.get(key, 0) for counts in stages)
+        counter.counts["other"] = other
+        counter.counts["tick"] = {key: other.get(key, 0) + sum(counts.get(key, 0) for counts in stages)
+                                  for key in {key for counts in [other, *stages] for key in counts}}
+        rows.append({"counts": counter.counts, "as_of": tick.isoformat(), "seconds": cycle.seconds,
+                     "total": cycle.total_seconds, "pairs": cycle.candidates.pairs, "written": cycle.score.written,
                      "coverage_tiers1_3": cycle.coverage.cumulative(3), "requests": cycle.coverage.requests,
-                     "knn_recall": cycle.knn.recall})
+                     "knn_recall": cycle.knn.recall, "aggregated_users": cycle.user_aggregates.users,
+                     "imputed": cycle.impute.imputed, "verified_hit_rate": cycle.hit_rate.verified.hit_rate})
         print(f"{tick:%Y-%m-%d %H:%M}Z     " + " ".join(f"{cycle.seconds.get(name, 0.0):>10.1f}" for name in columns)
               + f" {cycle.total_seconds:>10.1f} {cycle.candidates.pairs:>7,}", flush=True)
     medians = {name: statistics.median(row["seconds"].get(name, 0.0) for row in rows) for name in columns}
@@ -119,6 +198,12 @@ def main() -> None:
     print(f"FM + verifier in plain torch ({args.threads} threads): {1 / per_pair:,.0f} pairs/s "
           f"(measured on {measured_on:,} pairs) -> {fm_seconds:.1f}s of the median tick")
     print(f"median tick: {median_tick:.1f}s over {len(rows)} ticks; FM share {100 * fm_seconds / median_tick:.0f}%")
+    print_counts(rows, [*columns[:-1], "other", "tick"])
+    print("\nquality per tick: written pairs, verified hit rate, user aggregates, imputed, knn recall@k, coverage <=3")
+    for row in rows:
+        print(f"{row['as_of']}  {row['written']:>7,} {row['verified_hit_rate'] or 0:>7.4f} "
+              f"{row['aggregated_users']:>6,} {row['imputed']:>6,} {row['knn_recall']:>7.4f} "
+              f"{row['coverage_tiers1_3']:>7.4f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"ticks": rows, "median_stage_seconds": medians,
                                                "median_tick_seconds": median_tick,

@@ -53,7 +53,14 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     from delta.tables import DeltaTable
 
     from solaris.storage.sql import literal
-    from solaris.storage.tables import RunRecord, table_exists, table_version, with_commit_retry
+    from solaris.storage.tables import (
+        RunRecord,
+        commit_metrics,
+        table_exists,
+        table_rows,
+        table_version,
+        with_commit_retry,
+    )
 
     record = RunRecord(run_id=run_id, job="expire", as_of=as_of)
     path = config.table_path("pair_embeddings")
@@ -63,11 +70,13 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         return ExpireResult(expired=0, remaining=0, log_trimmed=0, optimized=False, vacuumed=False)
     table = DeltaTable.forPath(spark, path)
     cutoff = literal(as_of)
-    expired = spark.read.format("delta").load(path).where(f"expires_at <= {cutoff}").count()
-    if expired:
-        # Partition filter first so fully-expired buckets are dropped without rewriting files.
-        with_commit_retry(lambda: table.delete(f"expiry_bucket <= {cutoff} AND expires_at <= {cutoff}"),
-                          f"expire {path}")
+    # No counting job before the delete: Delta commits only when rows match, and the commit's own
+    # metrics say how many rows it removed (read from the log, like the remaining row count).
+    before = table_version(spark, path)
+    # Partition filter first so fully-expired buckets are dropped without rewriting files.
+    with_commit_retry(lambda: table.delete(f"expiry_bucket <= {cutoff} AND expires_at <= {cutoff}"),
+                      f"expire {path}")
+    expired = commit_metrics(path, before, "DELETE").get("numDeletedRows", 0)
     if optimize:
         with_commit_retry(lambda: table.optimize().where(f"expiry_bucket > {cutoff}").executeCompaction(),
                           f"optimize {path}")
@@ -77,11 +86,11 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     trimmed = 0
     if table_exists(spark, log_path):
         horizon = literal(as_of - timedelta(hours=config.enrichment.log_retention_hours))
-        trimmed = spark.read.format("delta").load(log_path).where(f"computed_at <= {horizon}").count()
-        if trimmed:
-            with_commit_retry(lambda: DeltaTable.forPath(spark, log_path).delete(f"computed_at <= {horizon}"),
-                              f"trim {log_path}")
-    remaining = spark.read.format("delta").load(path).count()
+        log_before = table_version(spark, log_path)
+        with_commit_retry(lambda: DeltaTable.forPath(spark, log_path).delete(f"computed_at <= {horizon}"),
+                          f"trim {log_path}")
+        trimmed = commit_metrics(log_path, log_before, "DELETE").get("numDeletedRows", 0)
+    remaining = table_rows(path)
     record.rows_in, record.rows_out = expired + remaining, remaining
     record.table_versions = {"pair_embeddings": table_version(spark, path)}
     result = ExpireResult(expired=expired, remaining=remaining, log_trimmed=trimmed, optimized=optimize,

@@ -29,6 +29,7 @@ from solaris.runtime import job_parser, run_stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
+    from pathlib import Path
 
     import numpy as np
     import pandas as pd
@@ -58,6 +59,7 @@ class KnnResult:
     target_recall: float | None = None
     sample_recall: float | None = None
     recall_queries: int = 0
+    index_reused: bool = False
     index_seconds: float = 0.0
     search_seconds: float = 0.0
     recall_seconds: float = 0.0
@@ -68,7 +70,8 @@ class KnnResult:
         return {"users": self.users, "clusters": self.clusters, "nprobe": self.nprobe, "k": self.k,
                 f"recall_at_{self.k}": self.recall, "fm_version": self.fm_version,
                 "target_recall": self.target_recall, "sample_recall": self.sample_recall,
-                "recall_queries": self.recall_queries, "index_seconds": round(self.index_seconds, 3),
+                "recall_queries": self.recall_queries, "index_reused": self.index_reused,
+                "index_seconds": round(self.index_seconds, 3),
                 "search_seconds": round(self.search_seconds, 3), "recall_seconds": round(self.recall_seconds, 3),
                 "seconds": round(self.seconds, 3)}
 
@@ -113,13 +116,23 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         n_users = vectors.count()
         if n_users < 2:
             raise JobInputError(f"KNN needs at least 2 users with events up to {as_of}; found {n_users}")
-        train, held_out, (query_ids, query_vectors) = _driver_samples(vectors, n_users, enrichment, dim, config.seed)
-
         index_start = time.perf_counter()
-        centroids = knn.train_centroids(train, enrichment.knn_clusters or knn.default_clusters(n_users), config.seed)
-        population = train if held_out is None else held_out  # see choose_nprobe: not the training points
-        nprobe, curve = knn.choose_nprobe(population, centroids, k, enrichment.knn_target_recall,
-                                          population_fraction=len(population) / n_users, seed=config.seed)
+        index_dir = _index_dir(config, fm_meta["version"])
+        stored = _stored_indexes(index_dir)
+        reuse = knn.reusable_index([(trained_at, users) for trained_at, users, _ in stored], as_of.timestamp(),
+                                   n_users, enrichment.knn_index_hours)
+        train, held_out, (query_ids, query_vectors) = _driver_samples(vectors, n_users, enrichment, dim, config.seed,
+                                                                      with_training=reuse is None)
+        if reuse is not None:
+            centroids, nprobe, sample_recall = _load_index(stored[reuse][2])
+        else:
+            centroids = knn.train_centroids(train, enrichment.knn_clusters or knn.default_clusters(n_users),
+                                            config.seed)
+            population = train if held_out is None else held_out  # see choose_nprobe: not the training points
+            nprobe, curve = knn.choose_nprobe(population, centroids, k, enrichment.knn_target_recall,
+                                              population_fraction=len(population) / n_users, seed=config.seed)
+            sample_recall = float(curve[nprobe - 1])
+            _save_index(index_dir, as_of, n_users, centroids, nprobe, sample_recall)
         if enrichment.knn_nprobe:
             nprobe = min(enrichment.knn_nprobe, centroids.shape[0])
         index_seconds = time.perf_counter() - index_start
@@ -148,7 +161,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         record.table_versions = {"user_neighbors": version}
         result = KnnResult(users=n_users, clusters=int(centroids.shape[0]), nprobe=nprobe, k=k, recall=recall,
                            fm_version=fm_meta["version"], target_recall=enrichment.knn_target_recall,
-                           sample_recall=float(curve[nprobe - 1]), recall_queries=len(query_ids),
+                           sample_recall=sample_recall, recall_queries=len(query_ids), index_reused=reuse is not None,
                            index_seconds=index_seconds, search_seconds=search_seconds, recall_seconds=recall_seconds,
                            seconds=time.perf_counter() - started)
         record.details = result.details()
@@ -165,6 +178,55 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         vectors.unpersist()
 
 
+def _index_dir(config: SolarisConfig, fm_version: str) -> Path:
+    """Folder of the stored IVF indexes of one FM version and one set of index settings."""
+    import hashlib
+    import json
+
+    enrichment = config.enrichment
+    settings = {"k": enrichment.knn_k, "clusters": enrichment.knn_clusters, "target": enrichment.knn_target_recall,
+                "sample": enrichment.knn_sample, "seed": config.seed, "dim": config.model.embedding_dim}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    return config.warehouse / "models" / "knn_index" / f"{fm_version}-{digest}"
+
+
+def _stored_indexes(directory: Path) -> list[tuple[float, int, Path]]:
+    """``(trained_at epoch s, users, file)`` of each index in ``directory`` (named ``<stamp>-n<users>.npz``)."""
+    from solaris.timeutil import parse_utc
+
+    found = []
+    for path in sorted(directory.glob("*-n*.npz")) if directory.is_dir() else []:
+        stamp, _, users = path.stem.rpartition("-n")
+        try:
+            found.append((parse_utc(stamp).timestamp(), int(users), path))
+        except ValueError:
+            log.warning("ignoring %s: not an index file name", path)
+    return found
+
+
+def _save_index(directory: Path, as_of: datetime, n_users: int, centroids: np.ndarray, nprobe: int,
+                sample_recall: float) -> None:
+    """Store the centroids and nprobe trained at ``as_of`` (temporary file, then an atomic rename)."""
+    import os
+
+    import numpy as np
+
+    from solaris.timeutil import utc_stamp
+
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"{utc_stamp(as_of)}-n{n_users}.npz"
+    tmp = directory / f".{final.stem}.tmp-{os.getpid()}.npz"
+    np.savez(tmp, centroids=centroids, nprobe=np.int64(nprobe), sample_recall=np.float64(sample_recall))
+    os.replace(tmp, final)
+
+
+def _load_index(path: Path) -> tuple[np.ndarray, int, float]:
+    import numpy as np
+
+    with np.load(path) as stored:
+        return np.asarray(stored["centroids"], dtype=np.float32), int(stored["nprobe"]), float(stored["sample_recall"])
+
+
 def _uniform(seed: int) -> Column:
     """A per-user number in [0, 1) from a seeded hash of the id: the same rows whatever the partitioning."""
     from pyspark.sql import functions as F
@@ -172,23 +234,23 @@ def _uniform(seed: int) -> Column:
     return F.pmod(F.xxhash64(F.lit(seed), F.col("user_id")), F.lit(1 << 40)) / float(1 << 40)
 
 
-def _driver_samples(vectors: DataFrame, n_users: int, enrichment: EnrichmentConfig, dim: int,
-                    seed: int) -> tuple[np.ndarray, np.ndarray | None, tuple[np.ndarray, np.ndarray]]:
+def _driver_samples(vectors: DataFrame, n_users: int, enrichment: EnrichmentConfig, dim: int, seed: int,
+                    with_training: bool = True) -> tuple[np.ndarray, np.ndarray | None, tuple[np.ndarray, np.ndarray]]:
     """One action brings the driver ``(train, held_out, (query_ids, query_vectors))``.
 
     ``train``: <= ``knn_sample`` users for k-means; ``held_out``: when that is not everyone, up to
     ``knn_sample / 2`` other users (never in ``train``) on which nprobe is chosen
     (``solaris.enrichment.knn.choose_nprobe``); the recall query sample: ``knn_recall_sample`` users drawn
     independently. All chosen by seeded hashes of the user id and sorted by id, so the same users
-    whatever the partitioning.
+    whatever the partitioning. ``with_training=False`` (a stored index is reused): the query sample only.
     """
     import numpy as np
     from pyspark.sql import functions as F
 
     from solaris.storage.embedding_codec import decode
 
-    train_share = min(1.0, enrichment.knn_sample / n_users)
-    held_share = min(1.0 - train_share, 0.5 * enrichment.knn_sample / n_users)
+    train_share = min(1.0, enrichment.knn_sample / n_users) if with_training else 0.0
+    held_share = min(1.0 - train_share, 0.5 * enrichment.knn_sample / n_users) if with_training else 0.0
     query_share = min(1.0, 3.0 * enrichment.knn_recall_sample / n_users)  # oversampled, cut below
     frame: pd.DataFrame = (
         vectors.select("user_id", "vector", _uniform(seed).alias("u_train"), _uniform(seed + 1).alias("u_query"))
@@ -256,15 +318,13 @@ def _recall(spark: SparkSession, vectors: DataFrame, neighbors: DataFrame, query
 
 
 def _written(spark: SparkSession, path: str) -> tuple[int, int]:
-    """(version, rows written) of the last commit, from the Delta log (no table scan)."""
-    from delta.tables import DeltaTable
+    """(version, rows) of the table after the overwrite, from the Delta log (no Spark job)."""
+    from solaris.storage.tables import table_rows, table_version
 
-    last = DeltaTable.forPath(spark, path).history(1).select("version", "operationMetrics").collect()[0]
-    metrics = last["operationMetrics"] or {}
-    rows = metrics.get("numOutputRows")
-    if rows is None:
-        rows = spark.read.format("delta").load(path).count()
-    return int(last["version"]), int(rows)
+    version = table_version(spark, path)
+    if version is None:
+        raise RuntimeError(f"{path} vanished right after it was written")
+    return version, table_rows(path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import argparse
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from solaris.runtime import job_parser, run_stage
 
@@ -51,28 +51,86 @@ def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris publish", __doc__)
 
 
-def _rows_and_bad_rows(frame: DataFrame, dim: int) -> tuple[int, int]:
-    """Servable rows and how many of them have a wrong-size or non-finite embedding, in one pass."""
-    import numpy as np
-    import pandas as pd
+def _flag_bad_rows(dim: int) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    """The ``mapInPandas`` function: each row's ``embedding`` -> ``bad`` (wrong size or not finite), vectorised."""
 
-    def count(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    def flag(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        import numpy as np
+
         for part in frames:
             lengths = part["embedding"].map(len).to_numpy()
             ok_len = lengths == 4 * dim
-            bad = int((~ok_len).sum())
+            bad = ~ok_len
             if ok_len.any():
                 values = np.frombuffer(b"".join(part.loc[ok_len, "embedding"]), dtype="<f4").reshape(-1, dim)
-                bad += int((~np.isfinite(values).all(axis=1)).sum())
-            yield pd.DataFrame({"rows": [len(part)], "bad": [bad]})
+                bad[ok_len] = ~np.isfinite(values).all(axis=1)
+            yield part.drop(columns=["embedding"]).assign(bad=bad)
 
-    row = (
-        frame.select("embedding")
-        .mapInPandas(count, "rows long, bad long")
-        .agg({"rows": "sum", "bad": "sum"})
-        .collect()[0]
+    return flag
+
+
+@dataclass(frozen=True)
+class ServableStats:
+    """What the gate and the manifest need, from one Spark action over the pinned tier tables."""
+
+    rows: dict[str, int]
+    bad: dict[str, int]
+    users_known: int
+    users_covered: int
+    fm_versions: list[str]
+
+
+def _servable_stats(spark: SparkSession, pinned: dict[str, PinnedTable], known: DataFrame, as_of: datetime,
+                    dim: int) -> ServableStats:
+    """Servable rows and bad rows per tier table, known and covered users, and the pair rows' FM
+    versions, in one Spark action (it used to be one job per table plus two more).
+
+    Every tier's servable rows (at the pinned version) are unioned with a table tag, flagged bad
+    by a vectorised check of the packed embedding, grouped per user (tier rows, bad rows, FM
+    versions), and joined with the known users; one global aggregate sums it all.
+    """
+    from pyspark.sql import functions as F
+
+    names = list(pinned)
+    parts = [
+        spark.read.format("delta").option("versionAsOf", spec.version).load(spec.path)
+        .where(F.col("expires_at") > F.lit(as_of))
+        .select(F.lit(index).alias("tier_table"),
+                # the item tier has no user: its rows count, but cover no known user (null never joins)
+                (F.col("user_id") if name in USER_KEYED_TABLES else F.lit(None).cast("long")).alias("user_id"),
+                "embedding",
+                (F.col("fm_version") if name == "pair_embeddings" else F.lit(None)).cast("string").alias("fm_version"))
+        for index, (name, spec) in enumerate(pinned.items())
+    ]
+    if parts:
+        rows = parts[0]
+        for part in parts[1:]:
+            rows = rows.unionByName(part)
+        flagged = rows.mapInPandas(_flag_bad_rows(dim), "tier_table int, user_id long, fm_version string, bad boolean")
+        per_user = flagged.groupBy("user_id").agg(
+            *[F.count_if(F.col("tier_table") == index).alias(f"rows_{index}") for index in range(len(names))],
+            *[F.count_if((F.col("tier_table") == index) & F.col("bad")).alias(f"bad_{index}")
+              for index in range(len(names))],
+            F.collect_set("fm_version").alias("fm_versions"),
+        ).withColumn("has_tier", F.lit(True))
+        users = known.select("user_id", F.lit(True).alias("is_known")).join(per_user, "user_id", "full_outer")
+        totals = users.agg(
+            F.count_if(F.col("is_known")).alias("known"),
+            F.count_if(F.col("is_known") & F.col("has_tier")).alias("covered"),
+            *[F.coalesce(F.sum(f"{kind}_{index}"), F.lit(0)).alias(f"{kind}_{index}")
+              for kind in ("rows", "bad") for index in range(len(names))],
+            F.array_distinct(F.flatten(F.collect_list(F.coalesce("fm_versions", F.array().cast("array<string>")))))
+            .alias("fm_versions"),
+        ).collect()[0]
+    else:
+        totals = known.agg(F.count("*").alias("known"), F.lit(0).alias("covered"),
+                           F.array().cast("array<string>").alias("fm_versions")).collect()[0]
+    return ServableStats(
+        rows={name: int(totals[f"rows_{index}"]) for index, name in enumerate(names)},
+        bad={name: int(totals[f"bad_{index}"]) for index, name in enumerate(names)},
+        users_known=int(totals["known"]), users_covered=int(totals["covered"]),
+        fm_versions=sorted(str(version) for version in totals["fm_versions"]),
     )
-    return int(row["sum(rows)"] or 0), int(row["sum(bad)"] or 0)
 
 
 def _pinned(spark: SparkSession, path: str) -> PinnedTable:
@@ -87,8 +145,6 @@ def _pinned(spark: SparkSession, path: str) -> PinnedTable:
 
 
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> PublishResult:
-    from pyspark.sql import functions as F
-
     from solaris.runtime import JobInputError
     from solaris.serving.snapshots import (
         SNAPSHOTS_DIR,
@@ -107,43 +163,24 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     dim = config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="publish", as_of=as_of)
     tables: dict[str, PinnedTable] = {}
-    counts: dict[str, int] = {}
-    bad: dict[str, int] = {}
-    users_by_tier: dict[str, DataFrame] = {}
     log.info(
         "publish %s: checking servable rows of %s at their current Delta versions", run_id, ", ".join(EMBEDDING_TABLES)
     )
     for name in EMBEDDING_TABLES:
         path = config.table_path(name)
-        if not table_exists(spark, path):
-            counts[name], bad[name] = 0, 0
-            continue
-        pinned = _pinned(spark, path)
-        version = pinned.version
-        frame = (
-            spark.read.format("delta")
-            .option("versionAsOf", version)
-            .load(path)
-            .where(F.col("expires_at") > F.lit(as_of))
-        )
-        counts[name], bad[name] = _rows_and_bad_rows(frame, dim)
-        if name in USER_KEYED_TABLES:
-            users_by_tier[name] = frame.select("user_id").distinct()
-        tables[name] = pinned
+        if table_exists(spark, path):
+            tables[name] = _pinned(spark, path)
     neighbors_path = config.table_path("user_neighbors")
     if not table_exists(spark, neighbors_path):
         raise JobInputError(f"no user_neighbors at {neighbors_path}: run `solaris knn` first")
-    known = spark.read.format("delta").load(neighbors_path).select("user_id")
-    tables["user_neighbors"] = _pinned(spark, neighbors_path)
-    covered = None
-    for frame in users_by_tier.values():
-        covered = frame if covered is None else covered.union(frame)
-    if covered is None:
-        n_known, n_covered = known.count(), 0
-    else:  # known users and those with a servable tier, in one Spark job
-        flags = known.join(covered.distinct().withColumn("covered", F.lit(True)), "user_id", "left")
-        totals = flags.agg(F.count("*").alias("known"), F.count_if(F.col("covered")).alias("covered")).collect()[0]
-        n_known, n_covered = int(totals["known"]), int(totals["covered"])
+    neighbors = _pinned(spark, neighbors_path)
+    # the known users at the version the manifest pins, like every tier table
+    known = spark.read.format("delta").option("versionAsOf", neighbors.version).load(neighbors.path).select("user_id")
+    stats = _servable_stats(spark, dict(tables), known, as_of, dim)
+    tables["user_neighbors"] = neighbors
+    counts = {name: stats.rows.get(name, 0) for name in EMBEDDING_TABLES}
+    bad = {name: stats.bad.get(name, 0) for name in EMBEDDING_TABLES}
+    n_known, n_covered = stats.users_known, stats.users_covered
     coverage = n_covered / n_known if n_known else 0.0
 
     directory = config.warehouse / SNAPSHOTS_DIR
@@ -162,25 +199,12 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         record.details["refused"] = reasons
         record.write(spark, config, "refused")
         raise QualityGateError("snapshot refused, nothing published: " + "; ".join(reasons))
-    fm_versions = set()
-    if "pair_embeddings" in tables:  # the versions of what the manifest pins, not of the latest table
-        pinned = tables["pair_embeddings"]
-        fm_versions = {
-            row[0]
-            for row in spark.read.format("delta")
-            .option("versionAsOf", pinned.version)
-            .load(pinned.path)
-            .where(F.col("expires_at") > F.lit(as_of))
-            .select("fm_version")
-            .distinct()
-            .collect()
-        }
     manifest = Manifest(
         snapshot_id=f"snapshot-{utc_stamp(as_of)}",
         as_of=as_of.isoformat(),
         run_id=run_id,
         embedding_dim=dim,
-        fm_versions=sorted(str(v) for v in fm_versions),
+        fm_versions=stats.fm_versions,
         tables=tables,
         row_counts=counts,
         coverage=ManifestCoverage(users_any_tier=coverage, users_known=n_known, users_covered=n_covered),

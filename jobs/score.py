@@ -30,7 +30,7 @@ from solaris.runtime import JobInputError, job_parser, run_stage
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from solaris.config import SolarisConfig, VerifierConfig
 
@@ -102,13 +102,19 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             .when(F.octet_length("embedding") != 4 * config.model.embedding_dim, F.lit("wrong embedding dimension"))
             .when(F.isnan("verifier_score"), F.lit("non-finite verifier_score")),
         )
-        .persist(StorageLevel.MEMORY_AND_DISK)
     )
+    # Without a global budget the threshold rule needs no pass of its own: the absolute threshold
+    # keeps exactly the pairs the effective one keeps, and the two numbers the rule reports
+    # (candidates, lowest passing score) come in the same Spark action as the verified counts. With
+    # a budget, the top ``budget + 1`` scores are fetched first (one more action).
+    scored = scored.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        n_candidates, scores = _threshold_inputs(scored, pre.verifier)
-        if n_candidates == 0:
-            log.warning("run %s has no candidates; nothing to score", run_id)
-        threshold = effective_threshold(scores, pre.verifier)
+        n_candidates: int | None = None  # known here only with a budget; else from the counting action below
+        if pre.verifier.budget is None:
+            threshold = -float("inf") if pre.verifier.threshold is None else float(pre.verifier.threshold)
+        else:
+            n_candidates, scores = _threshold_inputs(scored, pre.verifier)
+            threshold = effective_threshold(scores, pre.verifier)
         verified = scored.where(
             F.col("verifier_score") >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False)
         )
@@ -123,12 +129,29 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             )
         computed_at = F.lit(as_of).cast("timestamp")
         expires_at = computed_at + F.expr(f"make_dt_interval(0, 0, 0, {float(pre.ttl_hours) * 3600.0})")
-        rows = verified.select(
-            "*",
-            F.lit(run_id).alias("run_id"),
-            computed_at.alias("computed_at"),
-            expires_at.alias("expires_at"),
-        ).withColumn("expiry_bucket", F.date_trunc(pre.expiry_bucket, "expires_at"))
+        rows = (
+            verified.select(
+                "*",
+                F.lit(run_id).alias("run_id"),
+                computed_at.alias("computed_at"),
+                expires_at.alias("expires_at"),
+            )
+            .withColumn("expiry_bucket", F.date_trunc(pre.expiry_bucket, "expires_at"))
+            .withColumn("computed_date", F.to_date("computed_at"))
+        )
+        # one action scores the candidates into the cache and counts what the rule and the audit need
+        counts = rows.agg(
+            F.count("*").alias("verified"), F.count_if(F.col("quarantine_reason").isNotNull()).alias("quarantined")
+        ).crossJoin(scored.agg(*_threshold_observations(pre.verifier))).collect()[0]
+        n_verified, n_quarantined = int(counts["verified"]), int(counts["quarantined"])
+        if pre.verifier.budget is None:
+            n_candidates, lowest = int(counts["candidates"]), counts["lowest_passing"]
+            threshold = effective_threshold([] if lowest is None else [float(lowest)], pre.verifier)
+            if threshold == float("inf"):  # nothing passes: the rule keeps no pair, not even a quarantined one
+                rows, n_verified, n_quarantined = rows.where(F.lit(False)), 0, 0
+        assert n_candidates is not None
+        if n_candidates == 0:
+            log.warning("run %s has no candidates; nothing to score", run_id)
 
         bad = rows.where(F.col("quarantine_reason").isNotNull()).select(
             F.col("quarantine_reason").alias("reason"),
@@ -137,17 +160,13 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             ).alias("payload"),
             computed_at.alias("seen_at"),
         )
-        good = rows.where(F.col("quarantine_reason").isNull()).select(*PAIR_COLUMNS)
-        counts = rows.agg(
-            F.count("*").alias("verified"), F.count_if(F.col("quarantine_reason").isNotNull()).alias("quarantined")
-        ).collect()[0]
-        n_verified, n_quarantined = int(counts["verified"]), int(counts["quarantined"])
+        good = rows.where(F.col("quarantine_reason").isNull())
         write_quarantine(spark, config, bad, "pair_embeddings", run_id, n_rejected=n_quarantined)
         path = config.table_path("pair_embeddings")
-        merge_if_new_run(good, path, keys=["user_id", "item_id"], partition_by=["expiry_bucket"])
+        merge_if_new_run(good.select(*PAIR_COLUMNS), path, keys=["user_id", "item_id"], partition_by=["expiry_bucket"])
         # Append-only history (trimmed by expire) for the 24 h user aggregates, which outlive the TTL.
-        log_rows = good.withColumn("computed_date", F.to_date("computed_at"))
-        replace_where(log_rows, config.table_path("pair_embeddings_log"), f"run_id = '{run_id}'", ["computed_date"])
+        replace_where(good.select(*PAIR_COLUMNS, "computed_date"), config.table_path("pair_embeddings_log"),
+                      f"run_id = '{run_id}'", ["computed_date"])
 
         n_written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id).count()
         record.rows_in, record.rows_out, record.rows_quarantined = n_candidates, n_written, n_quarantined
@@ -177,6 +196,24 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         scored.unpersist()
 
 
+def _passing(rule: VerifierConfig) -> Column:
+    """Rows whose verifier score counts for the threshold rule: finite and at least the absolute threshold."""
+    from pyspark.sql import functions as F
+
+    score = F.col("verifier_score")
+    finite = F.col("quarantine_reason").isNull() | (F.col("quarantine_reason") != "non-finite verifier_score")
+    return finite & (score >= F.lit(float(rule.threshold))) if rule.threshold is not None else finite
+
+
+def _threshold_observations(rule: VerifierConfig) -> list[Column]:
+    """What the rule needs without a budget, as aggregates of the scoring pass: the candidate count
+    and the lowest passing score (see :func:`_threshold_inputs`)."""
+    from pyspark.sql import functions as F
+
+    return [F.count(F.lit(1)).alias("candidates"),
+            F.min(F.when(_passing(rule), F.col("verifier_score"))).alias("lowest_passing")]
+
+
 def _threshold_inputs(scored: DataFrame, rule: VerifierConfig) -> tuple[int, list[float]]:
     """Candidate count and the few verifier scores the threshold rule depends on, in one Spark job.
 
@@ -188,8 +225,7 @@ def _threshold_inputs(scored: DataFrame, rule: VerifierConfig) -> tuple[int, lis
     from pyspark.sql import functions as F
 
     score = F.col("verifier_score")
-    finite = F.col("quarantine_reason").isNull() | (F.col("quarantine_reason") != "non-finite verifier_score")
-    passing = finite & (score >= F.lit(float(rule.threshold))) if rule.threshold is not None else finite
+    passing = _passing(rule)
     if rule.budget is None:
         row = scored.agg(F.count("*").alias("n"), F.min(F.when(passing, score)).alias("lowest")).collect()[0]
         return int(row["n"]), [] if row["lowest"] is None else [float(row["lowest"])]

@@ -227,6 +227,7 @@ class EnrichmentConfig(_Strict):
     knn_target_recall: float = Field(0.95, gt=0, le=1)  # nprobe = smallest reaching this on the k-means sample
     knn_sample: int = Field(100_000, ge=100)  # users sampled to train k-means
     knn_recall_sample: int = Field(500, ge=10)  # queries checked against exact search
+    knn_index_hours: float = Field(24, ge=0)  # k-means centroids + nprobe reused this long (0: retrained every run)
     min_neighbors: int = Field(2, ge=1)
     min_similarity: float = Field(0.0, ge=-1, le=1)
     neighbor_pairs: bool = True  # tier 2: serve a missing pair from the user's neighbours' pairs of that item

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import logging
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Literal
@@ -141,6 +142,7 @@ def run_cycle(
     stages: tuple[str, ...] | list[str] | None = None,
     measure: bool = False,
     vacuum: bool = False,
+    observe: Callable[[str], AbstractContextManager[Any]] | None = None,
 ) -> CycleResult:
     """Run the hourly stages at ``as_of`` in one Spark session, in the defined order.
 
@@ -148,6 +150,8 @@ def run_cycle(
     the replay measurements (hit rate of the run's pairs, coverage of the next hour's requests
     through the snapshot just published). ``vacuum``: let ``expire`` VACUUM (a replay does it once,
     at its last tick: VACUUM lists every file and costs seconds, not worth it every hour).
+    ``observe``: a context manager factory entered around each stage (and measurement) with its
+    name, e.g. ``bench/cycle.py`` counting the Spark jobs and Delta commits each one makes.
     """
     wanted = STAGE_NAMES if stages is None else tuple(stages)
     unknown = set(wanted) - set(STAGE_NAMES)
@@ -158,9 +162,10 @@ def run_cycle(
     seconds: dict[str, float] = {}
 
     def timed(name: str, call: Callable[[], Any]) -> None:
-        started = time.perf_counter()
-        results[name] = call()
-        seconds[name] = time.perf_counter() - started
+        with observe(name) if observe is not None else nullcontext():
+            started = time.perf_counter()
+            results[name] = call()
+            seconds[name] = time.perf_counter() - started
 
     block_started = time.perf_counter()
     # the tick's `runs` rows in one commit (also after a failure); the events up to as_of read once

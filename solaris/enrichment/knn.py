@@ -245,3 +245,25 @@ def ivf_search(ids: np.ndarray, vectors: np.ndarray, centroids: np.ndarray, npro
         rows = slice(start, start + 65536)
         out_ids[rows], out_sims[rows] = _sort_rows(cand_ids[rows], cand_sims[rows], k)
     return out_ids, out_sims
+
+
+def reusable_index(trained: Sequence[tuple[float, int]], as_of_s: float, n_users: int, max_age_hours: float,
+                   max_population_change: float = 0.1) -> int | None:
+    """Which stored IVF index (centroids + nprobe) a run at ``as_of_s`` may reuse, or None: train one.
+
+    ``trained``: ``(trained_at epoch seconds, users it was trained on)`` per stored index. Eligible:
+    trained at or before the as-of (never on later data: point-in-time), less than
+    ``max_age_hours`` ago (the slower cadence: centroids move with tastes, not with each hour's
+    events), and on a population within ``max_population_change`` of today's (drift: a grown
+    population needs more clusters, ~2*sqrt(n)). The newest eligible one wins, so a rerun of an
+    hour picks the same index as its first run. ``max_age_hours <= 0`` disables reuse.
+    """
+    if max_age_hours <= 0:
+        return None
+    best: int | None = None
+    for position, (trained_at_s, trained_users) in enumerate(trained):
+        fresh = 0 <= as_of_s - trained_at_s < max_age_hours * 3600.0
+        similar = abs(n_users - trained_users) <= max_population_change * max(trained_users, 1)
+        if fresh and similar and (best is None or trained_at_s > trained[best][0]):
+            best = position
+    return best

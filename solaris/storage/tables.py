@@ -93,6 +93,78 @@ def table_version(spark: "SparkSession", path: str) -> int | None:
         return None
 
 
+def _add_actions(path: str) -> Any:
+    """The live data files of a Delta table with their statistics, as a pyarrow table (from the log)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    return pa.table(DeltaTable(path).get_add_actions(flatten=True))
+
+
+def table_rows(path: str) -> int:
+    """Row count of a Delta table from the per-file ``numRecords`` statistics of its log (no Spark job).
+
+    Why: counting a table with Spark is a job per call; every Spark writer here records the
+    statistic, so the log already holds the answer. Falls back to reading the files' row counts
+    with pyarrow only if a file lacks it.
+    """
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    files = _add_actions(path)
+    records = files.column("num_records")
+    if records.null_count == 0:
+        return int(pc.sum(records).as_py() or 0)
+    return int(DeltaTable(path).to_pyarrow_dataset().count_rows())  # pragma: no cover - stats always written here
+
+
+def may_hold(path: str, column: str, value: str) -> bool:
+    """False only when no live file of the table can hold a row with ``column = value``.
+
+    Decided from the per-file min/max statistics in the Delta log (no Spark job): a file whose
+    range excludes the value cannot hold it. True means "maybe" (the caller then asks Spark).
+    """
+    import pyarrow.compute as pc
+
+    files = _add_actions(path)
+    if files.num_rows == 0:
+        return False
+    names = files.column_names
+    if f"min.{column}" not in names or f"max.{column}" not in names:
+        return True
+    low, high = files.column(f"min.{column}"), files.column(f"max.{column}")
+    unknown = pc.or_(pc.is_null(low), pc.is_null(high))
+    inside = pc.and_(pc.less_equal(low, value), pc.greater_equal(high, value))
+    return bool(pc.any(pc.or_(unknown, inside)).as_py())
+
+
+def commit_metrics(path: str, after_version: int | None, operation: str) -> dict[str, int]:
+    """Summed ``operationMetrics`` of the ``operation`` commits (e.g. ``DELETE``) made after
+    ``after_version`` (None: every commit).
+
+    Read from the Delta log with ``deltalake`` (no Spark job): e.g. the rows a DELETE removed,
+    instead of counting them with a Spark job before deleting.
+    """
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path)
+    newer = table.version() - (-1 if after_version is None else after_version)
+    totals: dict[str, int] = {}
+    if newer <= 0:
+        return totals
+    for commit in table.history(newer):
+        if after_version is not None and int(commit.get("version", after_version + 1)) <= after_version:
+            continue
+        if commit.get("operation") != operation:
+            continue
+        for key, value in (commit.get("operationMetrics") or {}).items():
+            try:
+                totals[key] = totals.get(key, 0) + int(value)
+            except (TypeError, ValueError):
+                continue
+    return totals
+
+
 def _ensure_table(df: "DataFrame", path: str, partition_by: Sequence[str]) -> None:
     """Create an empty Delta table with ``df``'s schema (and partitioning) unless one exists."""
     if not table_exists(df.sparkSession, path):
@@ -198,9 +270,9 @@ def write_quarantine(
     if (
         n_rejected == 0
         and table_exists(spark, path)
-        and spark.read.format("delta").load(path).where(predicate).isEmpty()
+        and (not may_hold(path, "run_id", run_id) or spark.read.format("delta").load(path).where(predicate).isEmpty())
     ):
-        return  # same content as an empty replacement, without the commit
+        return  # same content as an empty replacement, without the commit (nor, usually, a Spark job)
     replace_where(rows, path, predicate, partition_by=["run_date"])
 
 

@@ -155,3 +155,18 @@ def test_choose_nprobe_on_a_held_out_population_uses_the_scaled_depth():
     found = np.mean([members[j] in probes[q] for q in range(300) for j in truth[q]])
     assert found == pytest.approx(curve[nprobe - 1]) and found >= 0.9
     assert nprobe == 1 or curve[nprobe - 2] < 0.9
+
+
+def test_a_stored_index_is_reused_only_within_its_cadence_never_from_the_future_nor_after_drift():
+    from solaris.enrichment.knn import reusable_index
+
+    hour = 3600.0
+    stored = [(0.0, 1000), (5 * hour, 1000), (30 * hour, 1000)]
+    assert reusable_index(stored, 6 * hour, 1000, 24) == 1  # the newest trained at or before the as-of
+    assert reusable_index(stored, 5 * hour, 1000, 24) == 1  # a rerun of the training hour reuses its own
+    assert reusable_index(stored, 4 * hour, 1000, 24) == 0  # a backfill never uses an index of later data
+    assert reusable_index(stored, 29.5 * hour, 1000, 24) is None  # 5h's index is 24.5h old: retrain
+    assert reusable_index(stored, 6 * hour, 1200, 24) is None  # the population grew 20%: retrain
+    assert reusable_index(stored, 6 * hour, 1050, 24) == 1
+    assert reusable_index(stored, 6 * hour, 1000, 0) is None  # cadence 0: every run trains
+    assert reusable_index([], 6 * hour, 1000, 24) is None

@@ -1,0 +1,49 @@
+"""Answers read from a Delta table's log instead of a Spark job: row counts, "may a file hold it", commit metrics."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from solaris.storage.tables import commit_metrics, may_hold, table_rows
+
+
+def _runs(*run_ids: str) -> pa.Table:
+    return pa.table({"run_id": pa.array(list(run_ids), pa.string()),
+                     "value": pa.array(range(len(run_ids)), pa.int64())})
+
+
+def test_row_count_comes_from_the_file_statistics(tmp_path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, _runs("precompute-a", "precompute-b"))
+    write_deltalake(path, _runs("precompute-c", "precompute-c", "precompute-d"), mode="append")
+    assert table_rows(path) == 5
+    DeltaTable(path).delete("run_id = 'precompute-c'")
+    assert table_rows(path) == 3
+
+
+def test_may_hold_is_false_only_when_no_file_range_contains_the_value(tmp_path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, _runs("precompute-b", "precompute-d"))
+    write_deltalake(path, _runs("precompute-m", "precompute-p"), mode="append")
+    assert may_hold(path, "run_id", "precompute-c")  # inside the first file's range: maybe
+    assert may_hold(path, "run_id", "precompute-p")
+    assert not may_hold(path, "run_id", "precompute-a")
+    assert not may_hold(path, "run_id", "precompute-f")  # between the two files' ranges
+    assert not may_hold(path, "run_id", "precompute-z")
+    DeltaTable(path).delete("run_id >= 'precompute-m'")
+    assert not may_hold(path, "run_id", "precompute-p")  # removed files no longer count
+    assert may_hold(path, "run_id", "precompute-b")
+    assert may_hold(path, "no_such_column", "x")  # no statistics: cannot rule it out
+
+
+def test_commit_metrics_sum_only_the_named_operation_after_the_version(tmp_path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, _runs("a", "b", "c"))
+    before = DeltaTable(path).version()
+    assert commit_metrics(path, before, "DELETE") == {}
+    write_deltalake(path, _runs("d"), mode="append")
+    DeltaTable(path).delete("run_id = 'a'")
+    metrics = commit_metrics(path, before, "DELETE")
+    assert metrics and all(isinstance(value, int) for value in metrics.values())
+    assert commit_metrics(path, DeltaTable(path).version(), "DELETE") == {}
