@@ -7,7 +7,10 @@ For the run at ``--as-of t``:
 2. the FM and the verifier score every candidate in ``udfs/fm_scoring`` (``mapInArrow``, models
    loaded once per Python worker, GPU when the task has one);
 3. the verifier rule (threshold / top-k per user / global budget, ``precompute.verifier``) keeps
-   the relevant pairs; the effective threshold is recorded in ``runs``;
+   the pairs worth storing; the rule and its effective threshold are recorded in ``runs``. Rule
+   ``request`` (default) thresholds the speculator's P(requested within the TTL) of each candidate
+   *before* the FM, so only the kept pairs are scored; rule ``relevance`` thresholds the baseline
+   VM's like-probability after scoring every candidate;
 4. verified pairs with non-finite or wrong-size embeddings go to ``quarantine``; the rest are
    MERGEd into ``pair_embeddings`` on (user_id, item_id) with ``computed_at = t`` and
    ``expires_at = t + ttl``, partitioned by expiry bucket. A re-scored pair replaces the old row
@@ -53,6 +56,8 @@ class ScoreResult:
     effective_threshold: float | None
     fm_version: str
     verifier_version: str
+    rule: str = "relevance"  # precompute.verifier.rule in effect (request falls back without request scores)
+    scored: int = 0  # FM passes: every candidate under relevance, only the verified ones under request
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +74,6 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
 
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
     from solaris.precompute.spark_features import candidate_features
-    from solaris.precompute.speculation import effective_threshold
     from solaris.storage.tables import RunRecord, merge_if_new_run, replace_where, table_version, write_quarantine
     from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
@@ -87,6 +91,15 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     if not table_exists(spark, candidates_path):
         raise JobInputError(f"no candidates table at {candidates_path}: run `solaris candidates` first")
     candidates = spark.read.format("delta").load(candidates_path).where(F.col("run_id") == run_id)
+    rule = pre.verifier.rule
+    if rule == "request" and "request_score" not in candidates.columns:
+        rule = "relevance"  # candidates written without a request model: nothing to verify requests with
+    request_verified: tuple[DataFrame, float, int] | None = None
+    if rule == "request":
+        # Verify before the FM: a pair unlikely to be requested within the TTL costs no FM pass.
+        request_verified = _verify(candidates.where(F.col("request_score").isNotNull()), "request_score",
+                                   pre.verifier)
+        candidates = request_verified[0]
     spec = ScoringSpec(
         fm_checkpoint=str(fm_dir), verifier_checkpoint=str(verifier_dir), embedding_dim=config.model.embedding_dim,
         history_length=config.model.history_length, request_ts=int(as_of.timestamp()),
@@ -95,7 +108,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     features = candidate_features(spark, config, candidates.select("user_id", "item_id"), as_of)
     scored = (
         features.mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
-        .join(candidates.select("user_id", "item_id", "source", "spec_score"), ["user_id", "item_id"])
+        .join(candidates.select("user_id", "item_id", "source", "spec_score",
+                                *(["request_score"] if rule == "request" else [])), ["user_id", "item_id"])
         .withColumn(
             "quarantine_reason",
             F.when(F.col("quarantine_reason").isNotNull(), F.col("quarantine_reason"))
@@ -105,22 +119,13 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     try:
-        n_candidates, scores = _threshold_inputs(scored, pre.verifier)
-        if n_candidates == 0:
-            log.warning("run %s has no candidates; nothing to score", run_id)
-        threshold = effective_threshold(scores, pre.verifier)
-        verified = scored.where(
-            F.col("verifier_score") >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False)
-        )
-        if pre.verifier.top_k_per_user is not None:
-            from pyspark.sql import Window
-
-            window = Window.partitionBy("user_id").orderBy(F.col("verifier_score").desc(), F.col("item_id"))
-            verified = (
-                verified.withColumn("_rank", F.row_number().over(window))
-                .where(F.col("_rank") <= pre.verifier.top_k_per_user)
-                .drop("_rank")
-            )
+        if request_verified is not None:
+            # verified before scoring; the written verifier_score is P(requested within the TTL)
+            _, threshold, n_candidates = request_verified
+            verified = scored.withColumn("verifier_score", F.col("request_score").cast("float")).drop("request_score")
+        else:
+            verified, threshold, n_candidates = _verify(scored, "verifier_score", pre.verifier)
+        n_scored = scored.count()
         computed_at = F.lit(as_of).cast("timestamp")
         expires_at = computed_at + F.expr(f"make_dt_interval(0, 0, 0, {float(pre.ttl_hours) * 3600.0})")
         rows = verified.select(
@@ -160,6 +165,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             effective_threshold=None if threshold == float("inf") else threshold,
             fm_version=fm_meta["version"],
             verifier_version=verifier_meta["version"],
+            rule=rule,
+            scored=n_scored,
         )
         record.details = asdict(result)
         record.write(spark, config, "success")
@@ -177,7 +184,26 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         scored.unpersist()
 
 
-def _threshold_inputs(scored: DataFrame, rule: VerifierConfig) -> tuple[int, list[float]]:
+def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> tuple[DataFrame, float, int]:
+    """The verifier rule on ``column``: effective threshold (absolute, raised by the global budget),
+    then the top ``top_k_per_user`` per user (ties by item id). Returns (kept rows, threshold, input rows)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from solaris.precompute.speculation import effective_threshold
+
+    n_rows, scores = _threshold_inputs(frame, rule, column)
+    threshold = effective_threshold(scores, rule)
+    kept = frame.where(F.col(column) >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False))
+    if rule.top_k_per_user is not None:
+        window = Window.partitionBy("user_id").orderBy(F.col(column).desc(), F.col("item_id"))
+        kept = kept.withColumn("_rank", F.row_number().over(window)).where(
+            F.col("_rank") <= rule.top_k_per_user).drop("_rank")
+    return kept, threshold, n_rows
+
+
+def _threshold_inputs(scored: DataFrame, rule: VerifierConfig,
+                      column: str = "verifier_score") -> tuple[int, list[float]]:
     """Candidate count and the few verifier scores the threshold rule depends on, in one Spark job.
 
     The driver never collects every score (that grows with the data): the rule only needs the
@@ -187,13 +213,17 @@ def _threshold_inputs(scored: DataFrame, rule: VerifierConfig) -> tuple[int, lis
     """
     from pyspark.sql import functions as F
 
-    score = F.col("verifier_score")
-    finite = F.col("quarantine_reason").isNull() | (F.col("quarantine_reason") != "non-finite verifier_score")
-    passing = finite & (score >= F.lit(float(rule.threshold))) if rule.threshold is not None else finite
+    score = F.col(column)
+    if "quarantine_reason" in scored.columns:
+        finite = F.col("quarantine_reason").isNull() | (F.col("quarantine_reason") != "non-finite verifier_score")
+    else:
+        finite = ~F.isnan(score)
+    active = rule.active_threshold()
+    passing = finite & (score >= F.lit(float(active))) if active is not None else finite
     if rule.budget is None:
         row = scored.agg(F.count("*").alias("n"), F.min(F.when(passing, score)).alias("lowest")).collect()[0]
         return int(row["n"]), [] if row["lowest"] is None else [float(row["lowest"])]
-    top = scored.where(passing).orderBy(score.desc()).limit(rule.budget + 1).select("verifier_score").collect()
+    top = scored.where(passing).orderBy(score.desc()).limit(rule.budget + 1).select(column).collect()
     return scored.count(), [float(row[0]) for row in top]
 
 
