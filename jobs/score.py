@@ -92,8 +92,11 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         raise JobInputError(f"no candidates table at {candidates_path}: run `solaris candidates` first")
     candidates = spark.read.format("delta").load(candidates_path).where(F.col("run_id") == run_id)
     rule = pre.verifier.rule
-    if rule == "request" and "request_score" not in candidates.columns:
-        rule = "relevance"  # candidates written without a request model: nothing to verify requests with
+    if rule == "request" and ("request_score" not in candidates.columns
+                              or not candidates.where(F.col("request_score").isNotNull()).limit(1).count()):
+        # candidates written without a request model (no speculator trained yet): the relevance rule
+        log.warning("run %s: no request scores in the candidates; verifier rule relevance instead", run_id)
+        rule = "relevance"
     request_verified: tuple[DataFrame, float, int] | None = None
     if rule == "request":
         # Verify before the FM: a pair unlikely to be requested within the TTL costs no FM pass.
