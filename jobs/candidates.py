@@ -1,8 +1,10 @@
 """Speculate: write the (user, item) pairs likely to be requested in ``(as_of, as_of + horizon]``.
 
-Runs ``sql/candidates.sql`` (co-engagement, trending and recent-exposure rules over events with
-``ts <= as_of``), caps per user and by the global budget, and replaces this run's rows in the
-``candidates`` table (partitioned by run date). Rerunning the same run id gives the same rows.
+Runs ``sql/candidates.sql`` over events with ``ts <= as_of``: the sources (co-engagement, trending,
+recent re-exposure, session continuation, popularity, and FM retrieval computed here with FAISS),
+blended by the speculator's learned weights (``load_speculator``: trained at or before the as-of)
+or the config's hand weights; caps per user and by the global budget, and replaces this run's rows
+in the ``candidates`` table (partitioned by run date). Rerunning the same run id gives the same rows.
 
     solaris candidates --as-of 2000-12-01T00:00:00Z
 """
@@ -20,42 +22,152 @@ from solaris.runtime import job_parser, run_stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
+    from pathlib import Path
 
     from pyspark.sql import DataFrame, SparkSession
 
     from solaris.config import SolarisConfig
+    from solaris.precompute.speculation import Speculator
 
 log = logging.getLogger("solaris.candidates")
 
 
 @dataclass(frozen=True)
 class CandidatesResult:
-    """What one speculation run wrote: pairs, distinct users, pairs per source rule."""
+    """What one speculation run wrote: pairs, distinct users, pairs per source rule, and the blend used."""
 
     pairs: int
     users: int
     by_source: dict[str, int] = field(default_factory=dict)
+    blend: str = "hand"  # "learned <version>" or "hand" (config weights, also the fallback)
+
+
+SPECULATOR_FILE = "speculator.json"
+# The retrieval parts of the last prepare_views call (read by several views), dropped at the next call.
+_CACHED: list[DataFrame] = []
 
 
 def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris candidates", __doc__)
 
 
-def build_candidates(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> DataFrame:
-    """DataFrame of this run's candidates (contract columns), computed from events <= as_of."""
+def load_speculator(config: SolarisConfig, as_of: datetime) -> Speculator | None:
+    """The learned blend / request models usable at ``as_of``: trained at or before it, else None.
+
+    A checkpoint trained after ``as_of`` (a backfill of an older hour) is not used: its weights saw
+    events after the run's as-of, which would break the point-in-time rule.
+    """
+    from solaris.models.checkpoint import resolve_checkpoint
+    from solaris.precompute.speculation import Speculator
+    from solaris.timeutil import parse_utc
+
+    folder = resolve_checkpoint(config.resolve_under_warehouse(config.precompute.candidates.speculator_checkpoint))
+    if not (folder / SPECULATOR_FILE).is_file():
+        return None
+    speculator = Speculator.from_json((folder / SPECULATOR_FILE).read_text())
+    if parse_utc(speculator.as_of) > as_of:
+        log.warning("speculator %s was trained as of %s, after %s: not used", speculator.version, speculator.as_of,
+                    as_of)
+        return None
+    return speculator
+
+
+def save_speculator(config: SolarisConfig, speculator: Speculator) -> Path:
+    """Write ``<root>/<version>/speculator.json`` and point ``<root>/LATEST`` at it (atomic renames)."""
+    import os
+    from pathlib import Path
+
+    root = Path(config.resolve_under_warehouse(config.precompute.candidates.speculator_checkpoint))
+    folder = root / speculator.version
+    folder.mkdir(parents=True, exist_ok=True)
+    staging = folder / f".{SPECULATOR_FILE}.tmp"
+    staging.write_text(speculator.to_json())
+    os.replace(staging, folder / SPECULATOR_FILE)
+    pointer = root / ".LATEST.tmp"
+    pointer.write_text(speculator.version + "\n")
+    os.replace(pointer, root / "LATEST")
+    return folder
+
+
+def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> DataFrame:
+    """The retrieval source: per active user, the top ``source_items`` unengaged items by inner
+    product of FM user vectors with item vectors (mean vector of an item's recent engagers)."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
+    from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
+    from solaris.precompute.spark_features import user_histories, visible_events
+    from solaris.storage.embedding_codec import decode
+    from solaris.udfs.knn import REPRESENTATION_SCHEMA, make_user_representer
+    from solaris.udfs.retrieval import ITEM_SCHEMA, RETRIEVAL_SCHEMA, make_item_averager, make_retriever
+
+    rules, dim = config.precompute.candidates, config.model.embedding_dim
+    empty = spark.createDataFrame([], RETRIEVAL_SCHEMA)
+    if "retrieval" not in rules.sources:
+        return empty
+    fm_dir = resolve_checkpoint(config.resolve_under_warehouse(config.precompute.fm_checkpoint))
+    if not (fm_dir / "weights.pt").is_file():
+        log.warning("no FM checkpoint at %s: retrieval source skipped", fm_dir)
+        return empty
+    load_checkpoint(fm_dir, "fm", dim)  # refuse a bad checkpoint on the driver
+    events = visible_events(spark, config, as_of)
+    window = events.where(F.col("ts") > F.lit(as_of - timedelta(days=rules.retrieval_days)))
+    active = events.where(F.col("ts") > F.lit(as_of - timedelta(hours=rules.lookback_hours))).select("user_id")
+    users = window.select("user_id").union(active).distinct()
+    representer = make_user_representer(str(fm_dir), dim, config.model.history_length, int(as_of.timestamp()),
+                                        config.precompute.model_batch_size, config.precompute.torch_threads)
+    vectors = (user_histories(events, users, config.model.history_length)
+               .mapInArrow(representer, REPRESENTATION_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK))
+    items = (window.select("user_id", "item_id").distinct().join(vectors, "user_id")
+             .groupBy("item_id").applyInPandas(make_item_averager(dim), ITEM_SCHEMA)
+             .orderBy("item_id").toArrow())  # the catalog's vectors: one row per item, like KNN's centroids
+    if items.num_rows == 0:
+        vectors.unpersist()
+        return empty
+    item_ids = items.column("item_id").to_numpy()
+    broadcast = spark.sparkContext.broadcast((item_ids, decode(items.column("vector"), dim)))
+    engaged = events.join(active.distinct(), "user_id", "left_semi").groupBy("user_id").agg(
+        F.collect_set("item_id").alias("engaged"))
+    queries = vectors.join(active.distinct(), "user_id", "left_semi").join(engaged, "user_id", "left")
+    parts = queries.mapInArrow(make_retriever(broadcast, dim, rules.source_items), RETRIEVAL_SCHEMA)
+    parts = parts.persist(StorageLevel.MEMORY_AND_DISK)
+    parts.count()  # materialise, so the user vectors can go
+    vectors.unpersist()
+    broadcast.unpersist()
+    _CACHED.append(parts)
+    return parts
+
+
+def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
+                  speculator: Speculator | None) -> str:
+    """Register the views of sql/candidates.sql (``source_parts``, ``features``, ``candidate_pairs``...)
+    for events <= as_of and return its final statement (per-user cap and global budget)."""
     from solaris.precompute.spark_features import visible_events
     from solaris.precompute.speculation import candidate_params
     from solaris.storage.sql import render, statements
 
+    while _CACHED:
+        _CACHED.pop().unpersist()
+    rules = config.precompute.candidates
+    blend = speculator.blend if speculator is not None and rules.blend == "learned" else None
+    request = speculator.request if speculator is not None else None
     visible_events(spark, config, as_of).createOrReplaceTempView("events")
-    *views, final = statements(render("candidates", **candidate_params(config.precompute.candidates, as_of)))
+    retrieval_parts(spark, config, as_of).createOrReplaceTempView("retrieval_parts")
+    *views, final = statements(render("candidates", **candidate_params(rules, as_of, blend, request)))
     for statement in views:
         spark.sql(statement)
+    return final
+
+
+def build_candidates(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str,
+                     speculator: Speculator | None = None) -> DataFrame:
+    """DataFrame of this run's candidates (contract columns), computed from events <= as_of."""
+    from pyspark.sql import functions as F
+
+    final = prepare_views(spark, config, as_of, speculator)
     horizon_end = as_of + timedelta(hours=config.precompute.horizon_hours)
     return spark.sql(final).select(
-        F.lit(run_id).alias("run_id"), "user_id", "item_id", "source", "spec_score",
+        F.lit(run_id).alias("run_id"), "user_id", "item_id", "source", "spec_score", "request_score",
         F.lit(as_of).cast("timestamp").alias("as_of"),
         F.lit(horizon_end).cast("timestamp").alias("horizon_end"),
         F.to_date(F.lit(as_of).cast("timestamp")).alias("run_date"),
@@ -68,7 +180,10 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     from solaris.storage.tables import RunRecord, replace_where, table_version
 
     record = RunRecord(run_id=run_id, job="candidates", as_of=as_of)
-    frame = build_candidates(spark, config, as_of, run_id)
+    speculator = load_speculator(config, as_of)
+    learned = speculator is not None and config.precompute.candidates.blend == "learned"
+    blend = f"learned {speculator.version}" if learned and speculator is not None else "hand"
+    frame = build_candidates(spark, config, as_of, run_id, speculator)
     path = config.table_path("candidates")
     replace_where(frame, path, f"run_id = '{run_id}'", partition_by=["run_date"])
     written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id)
@@ -79,10 +194,12 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     by_source = {row["source"]: row["pairs"] for row in rows if not row["total"]}
     record.rows_out = int(stats["pairs"])
     record.table_versions["candidates"] = table_version(spark, path)
-    record.details = {"users": int(stats["users"]), "by_source": by_source}
+    record.details = {"users": int(stats["users"]), "by_source": by_source, "blend": blend,
+                      "request_model": None if speculator is None else speculator.version}
     record.write(spark, config, "success")
-    log.info("candidates at %s: %d pairs for %d users %s", as_of, stats["pairs"], stats["users"], by_source)
-    return CandidatesResult(pairs=int(stats["pairs"]), users=int(stats["users"]), by_source=by_source)
+    log.info("candidates at %s: %d pairs for %d users, blend %s %s", as_of, stats["pairs"], stats["users"], blend,
+             by_source)
+    return CandidatesResult(pairs=int(stats["pairs"]), users=int(stats["users"]), by_source=by_source, blend=blend)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,10 @@ For the run at ``--as-of t``:
 2. the FM and the verifier score every candidate in ``udfs/fm_scoring`` (``mapInArrow``, models
    loaded once per Python worker, GPU when the task has one);
 3. the verifier rule (threshold / top-k per user / global budget, ``precompute.verifier``) keeps
-   the relevant pairs; the effective threshold is recorded in ``runs``;
+   the pairs worth storing; the rule and its effective threshold are recorded in ``runs``. Rule
+   ``request`` (default) thresholds the speculator's P(requested within the TTL) of each candidate
+   *before* the FM, so only the kept pairs are scored; rule ``relevance`` thresholds the baseline
+   VM's like-probability after scoring every candidate;
 4. verified pairs with non-finite or wrong-size embeddings go to ``quarantine``; the rest are
    MERGEd into ``pair_embeddings`` on (user_id, item_id) with ``computed_at = t`` and
    ``expires_at = t + ttl``, partitioned by expiry bucket. A re-scored pair replaces the old row
@@ -30,7 +33,7 @@ from solaris.runtime import JobInputError, job_parser, run_stage
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
 
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from solaris.config import SolarisConfig, VerifierConfig
 
@@ -53,6 +56,8 @@ class ScoreResult:
     effective_threshold: float | None
     fm_version: str
     verifier_version: str
+    rule: str = "relevance"  # precompute.verifier.rule in effect (request falls back without request scores)
+    scored: int = 0  # FM passes: every candidate under relevance, only the verified ones under request
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +74,6 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
 
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
     from solaris.precompute.spark_features import candidate_features
-    from solaris.precompute.speculation import effective_threshold
     from solaris.storage.tables import RunRecord, merge_if_new_run, replace_where, table_version, write_quarantine
     from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
@@ -87,6 +91,18 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     if not table_exists(spark, candidates_path):
         raise JobInputError(f"no candidates table at {candidates_path}: run `solaris candidates` first")
     candidates = spark.read.format("delta").load(candidates_path).where(F.col("run_id") == run_id)
+    rule = pre.verifier.rule
+    if rule == "request" and ("request_score" not in candidates.columns
+                              or not candidates.where(F.col("request_score").isNotNull()).limit(1).count()):
+        # candidates written without a request model (no speculator trained yet): the relevance rule
+        log.warning("run %s: no request scores in the candidates; verifier rule relevance instead", run_id)
+        rule = "relevance"
+    request_verified: tuple[DataFrame, float, int] | None = None
+    if rule == "request":
+        # Verify before the FM: a pair unlikely to be requested within the TTL costs no FM pass.
+        request_verified = _verify(candidates.where(F.col("request_score").isNotNull()), "request_score",
+                                   pre.verifier)
+        candidates = request_verified[0]
     spec = ScoringSpec(
         fm_checkpoint=str(fm_dir), verifier_checkpoint=str(verifier_dir), embedding_dim=config.model.embedding_dim,
         history_length=config.model.history_length, request_ts=int(as_of.timestamp()),
@@ -95,63 +111,32 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     features = candidate_features(spark, config, candidates.select("user_id", "item_id"), as_of)
     scored = (
         features.mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
-        .join(candidates.select("user_id", "item_id", "source", "spec_score"), ["user_id", "item_id"])
+        .join(candidates.select("user_id", "item_id", "source", "spec_score",
+                                *(["request_score"] if rule == "request" else [])), ["user_id", "item_id"])
         .withColumn(
             "quarantine_reason",
             F.when(F.col("quarantine_reason").isNotNull(), F.col("quarantine_reason"))
             .when(F.octet_length("embedding") != 4 * config.model.embedding_dim, F.lit("wrong embedding dimension"))
             .when(F.isnan("verifier_score"), F.lit("non-finite verifier_score")),
         )
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    # Without a global budget the threshold rule needs no pass of its own: the absolute threshold
-    # keeps exactly the pairs the effective one keeps, and the two numbers the rule reports
-    # (candidates, lowest passing score) come in the same Spark action as the verified counts. With
-    # a budget, the top ``budget + 1`` scores are fetched first (one more action).
-    scored = scored.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        n_candidates: int | None = None  # known here only with a budget; else from the counting action below
-        if pre.verifier.budget is None:
-            threshold = -float("inf") if pre.verifier.threshold is None else float(pre.verifier.threshold)
+        if request_verified is not None:
+            # verified before scoring; the written verifier_score is P(requested within the TTL)
+            _, threshold, n_candidates = request_verified
+            verified = scored.withColumn("verifier_score", F.col("request_score").cast("float")).drop("request_score")
         else:
-            n_candidates, scores = _threshold_inputs(scored, pre.verifier)
-            threshold = effective_threshold(scores, pre.verifier)
-        verified = scored.where(
-            F.col("verifier_score") >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False)
-        )
-        if pre.verifier.top_k_per_user is not None:
-            from pyspark.sql import Window
-
-            window = Window.partitionBy("user_id").orderBy(F.col("verifier_score").desc(), F.col("item_id"))
-            verified = (
-                verified.withColumn("_rank", F.row_number().over(window))
-                .where(F.col("_rank") <= pre.verifier.top_k_per_user)
-                .drop("_rank")
-            )
+            verified, threshold, n_candidates = _verify(scored, "verifier_score", pre.verifier)
+        n_scored = scored.count()
         computed_at = F.lit(as_of).cast("timestamp")
         expires_at = computed_at + F.expr(f"make_dt_interval(0, 0, 0, {float(pre.ttl_hours) * 3600.0})")
-        rows = (
-            verified.select(
-                "*",
-                F.lit(run_id).alias("run_id"),
-                computed_at.alias("computed_at"),
-                expires_at.alias("expires_at"),
-            )
-            .withColumn("expiry_bucket", F.date_trunc(pre.expiry_bucket, "expires_at"))
-            .withColumn("computed_date", F.to_date("computed_at"))
-        )
-        # one action scores the candidates into the cache and counts what the rule and the audit need
-        counts = rows.agg(
-            F.count("*").alias("verified"), F.count_if(F.col("quarantine_reason").isNotNull()).alias("quarantined")
-        ).crossJoin(scored.agg(*_threshold_observations(pre.verifier))).collect()[0]
-        n_verified, n_quarantined = int(counts["verified"]), int(counts["quarantined"])
-        if pre.verifier.budget is None:
-            n_candidates, lowest = int(counts["candidates"]), counts["lowest_passing"]
-            threshold = effective_threshold([] if lowest is None else [float(lowest)], pre.verifier)
-            if threshold == float("inf"):  # nothing passes: the rule keeps no pair, not even a quarantined one
-                rows, n_verified, n_quarantined = rows.where(F.lit(False)), 0, 0
-        assert n_candidates is not None
-        if n_candidates == 0:
-            log.warning("run %s has no candidates; nothing to score", run_id)
+        rows = verified.select(
+            "*",
+            F.lit(run_id).alias("run_id"),
+            computed_at.alias("computed_at"),
+            expires_at.alias("expires_at"),
+        ).withColumn("expiry_bucket", F.date_trunc(pre.expiry_bucket, "expires_at"))
 
         bad = rows.where(F.col("quarantine_reason").isNotNull()).select(
             F.col("quarantine_reason").alias("reason"),
@@ -160,13 +145,17 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             ).alias("payload"),
             computed_at.alias("seen_at"),
         )
-        good = rows.where(F.col("quarantine_reason").isNull())
+        good = rows.where(F.col("quarantine_reason").isNull()).select(*PAIR_COLUMNS)
+        counts = rows.agg(
+            F.count("*").alias("verified"), F.count_if(F.col("quarantine_reason").isNotNull()).alias("quarantined")
+        ).collect()[0]
+        n_verified, n_quarantined = int(counts["verified"]), int(counts["quarantined"])
         write_quarantine(spark, config, bad, "pair_embeddings", run_id, n_rejected=n_quarantined)
         path = config.table_path("pair_embeddings")
-        merge_if_new_run(good.select(*PAIR_COLUMNS), path, keys=["user_id", "item_id"], partition_by=["expiry_bucket"])
+        merge_if_new_run(good, path, keys=["user_id", "item_id"], partition_by=["expiry_bucket"])
         # Append-only history (trimmed by expire) for the 24 h user aggregates, which outlive the TTL.
-        replace_where(good.select(*PAIR_COLUMNS, "computed_date"), config.table_path("pair_embeddings_log"),
-                      f"run_id = '{run_id}'", ["computed_date"])
+        log_rows = good.withColumn("computed_date", F.to_date("computed_at"))
+        replace_where(log_rows, config.table_path("pair_embeddings_log"), f"run_id = '{run_id}'", ["computed_date"])
 
         n_written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id).count()
         record.rows_in, record.rows_out, record.rows_quarantined = n_candidates, n_written, n_quarantined
@@ -179,6 +168,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             effective_threshold=None if threshold == float("inf") else threshold,
             fm_version=fm_meta["version"],
             verifier_version=verifier_meta["version"],
+            rule=rule,
+            scored=n_scored,
         )
         record.details = asdict(result)
         record.write(spark, config, "success")
@@ -196,25 +187,26 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         scored.unpersist()
 
 
-def _passing(rule: VerifierConfig) -> Column:
-    """Rows whose verifier score counts for the threshold rule: finite and at least the absolute threshold."""
+def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> tuple[DataFrame, float, int]:
+    """The verifier rule on ``column``: effective threshold (absolute, raised by the global budget),
+    then the top ``top_k_per_user`` per user (ties by item id). Returns (kept rows, threshold, input rows)."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    score = F.col("verifier_score")
-    finite = F.col("quarantine_reason").isNull() | (F.col("quarantine_reason") != "non-finite verifier_score")
-    return finite & (score >= F.lit(float(rule.threshold))) if rule.threshold is not None else finite
+    from solaris.precompute.speculation import effective_threshold
+
+    n_rows, scores = _threshold_inputs(frame, rule, column)
+    threshold = effective_threshold(scores, rule)
+    kept = frame.where(F.col(column) >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False))
+    if rule.top_k_per_user is not None:
+        window = Window.partitionBy("user_id").orderBy(F.col(column).desc(), F.col("item_id"))
+        kept = kept.withColumn("_rank", F.row_number().over(window)).where(
+            F.col("_rank") <= rule.top_k_per_user).drop("_rank")
+    return kept, threshold, n_rows
 
 
-def _threshold_observations(rule: VerifierConfig) -> list[Column]:
-    """What the rule needs without a budget, as aggregates of the scoring pass: the candidate count
-    and the lowest passing score (see :func:`_threshold_inputs`)."""
-    from pyspark.sql import functions as F
-
-    return [F.count(F.lit(1)).alias("candidates"),
-            F.min(F.when(_passing(rule), F.col("verifier_score"))).alias("lowest_passing")]
-
-
-def _threshold_inputs(scored: DataFrame, rule: VerifierConfig) -> tuple[int, list[float]]:
+def _threshold_inputs(scored: DataFrame, rule: VerifierConfig,
+                      column: str = "verifier_score") -> tuple[int, list[float]]:
     """Candidate count and the few verifier scores the threshold rule depends on, in one Spark job.
 
     The driver never collects every score (that grows with the data): the rule only needs the
@@ -224,12 +216,17 @@ def _threshold_inputs(scored: DataFrame, rule: VerifierConfig) -> tuple[int, lis
     """
     from pyspark.sql import functions as F
 
-    score = F.col("verifier_score")
-    passing = _passing(rule)
+    score = F.col(column)
+    if "quarantine_reason" in scored.columns:
+        finite = F.col("quarantine_reason").isNull() | (F.col("quarantine_reason") != "non-finite verifier_score")
+    else:
+        finite = ~F.isnan(score)
+    active = rule.active_threshold()
+    passing = finite & (score >= F.lit(float(active))) if active is not None else finite
     if rule.budget is None:
         row = scored.agg(F.count("*").alias("n"), F.min(F.when(passing, score)).alias("lowest")).collect()[0]
         return int(row["n"]), [] if row["lowest"] is None else [float(row["lowest"])]
-    top = scored.where(passing).orderBy(score.desc()).limit(rule.budget + 1).select("verifier_score").collect()
+    top = scored.where(passing).orderBy(score.desc()).limit(rule.budget + 1).select(column).collect()
     return scored.count(), [float(row[0]) for row in top]
 
 

@@ -14,6 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("solaris.jobs.ingest", "load MovieLens / CSV / Parquet / synthetic data into the events table"),
     "train-fm": ("solaris.jobs.train_fm", "train the foundation model on events up to --as-of"),
     "train-vm": ("solaris.jobs.train_vm", "train a vertical model variant (baseline = the verifier)"),
+    "train-speculator": ("solaris.jobs.train_speculator", "learn speculation blend + request verifier on past ticks"),
     "candidates": ("solaris.jobs.candidates", "speculate the (user, item) pairs of the next horizon"),
     "score": ("solaris.jobs.score", "FM-score and verify candidates, write pair_embeddings with TTL"),
     "expire": ("solaris.jobs.expire", "delete expired pair embeddings, then VACUUM"),

@@ -175,28 +175,71 @@ class ModelConfig(_Strict):
 
 
 class CandidateConfig(_Strict):
-    """Speculation rules (sql/candidates.sql): who is likely to ask, and for which items."""
+    """Speculation (sql/candidates.sql): who is likely to ask, and for which items.
+
+    ``sources`` switches the rules on (each tags its pairs in ``source``); ``blend`` ranks a user's
+    pairs by the linear model trained on past ticks (``learned``: the speculator checkpoint, see
+    ``jobs/train_speculator``) or by the hand weights ``weight_<source>`` (``hand``). A learned blend
+    falls back to the hand weights when no checkpoint trained at or before the run's as-of exists.
+    """
 
     lookback_hours: float = Field(168, gt=0)  # users active in this window get candidates
+    # Default: today's measured rules. The new sources, learned blend and request verifier are built
+    # but not yet measured on ML-1M (bench/speculation.py, BENCHMARKS.md), so they are opt-in.
+    sources: tuple[Literal["cooc", "trending", "recent", "next", "popular", "retrieval"], ...] = (
+        "cooc", "trending", "recent")
+    source_items: int = Field(200, ge=1)  # each source's best items per user (before the blend)
     recent_items: int = Field(20, ge=1)
     cooc_days: float = Field(30, gt=0)
     cooc_items_per_user: int = Field(30, ge=2)
     cooc_neighbors: int = Field(30, ge=1)
     trending_hours: float = Field(72, gt=0)
     trending_items: int = Field(50, ge=0)
+    next_window: int = Field(10, ge=1)  # session continuation: the events right after an item
+    next_neighbors: int = Field(50, ge=1)  # next items kept per item
+    next_seeds: int = Field(20, ge=1)  # the user's last items whose next items are proposed
+    popular_days: float = Field(90, gt=0)
+    popular_items: int = Field(300, ge=0)
+    retrieval_days: float = Field(30, gt=0)  # item representation: mean FM user vector of its engagers in this window
     weight_cooc: float = Field(1.0, ge=0)
     weight_trending: float = Field(0.5, ge=0)
     weight_recent: float = Field(0.3, ge=0)
+    weight_next: float = Field(1.0, ge=0)
+    weight_popular: float = Field(0.5, ge=0)
+    weight_retrieval: float = Field(0.5, ge=0)
+    blend: Literal["learned", "hand"] = "hand"
+    speculator_checkpoint: str = "models/speculator"  # under the warehouse; a root (LATEST) or a version folder
     per_user: int = Field(50, ge=1)
     budget: int = Field(200_000, ge=1)
 
 
-class VerifierConfig(_Strict):
-    """Which scored pairs are kept. Every rule set is applied; null disables a rule."""
+class SpeculatorTrainingConfig(_Strict):
+    """How the blend and the request verifier are fit (``solaris train-speculator``): past ticks only.
 
-    threshold: float | None = Field(0.5, ge=0, le=1)
+    Ticks are the busiest hours (most distinct requesters) of the ``days`` days before the as-of,
+    each early enough that its TTL window ends by the as-of, so every label is an event <= as-of.
+    """
+
+    days: float = Field(7, gt=0)
+    ticks: int = Field(24, ge=1)
+    negative_rate: float = Field(0.1, gt=0, le=1)  # share of unrequested pairs kept (hash-sampled, reweighted)
+    l2: float = Field(1.0, ge=0)
+
+
+class VerifierConfig(_Strict):
+    """Which scored pairs are written: ``request`` (P(requested within the TTL), the speculator's
+    request model, applied before the FM so unlikely pairs cost no FM pass) or ``relevance`` (the
+    baseline VM's probability that the user likes the item). Threshold, global budget and per-user
+    top-k apply to the rule's score."""
+
+    rule: Literal["request", "relevance"] = "relevance"
+    threshold: float | None = Field(0.5, ge=0, le=1)  # for rule relevance
+    request_threshold: float | None = Field(0.05, ge=0, le=1)  # for rule request
     top_k_per_user: int | None = Field(20, ge=1)
     budget: int | None = Field(None, ge=1)
+
+    def active_threshold(self) -> float | None:
+        return self.request_threshold if self.rule == "request" else self.threshold
 
 
 class PrecomputeConfig(_Strict):
@@ -208,6 +251,7 @@ class PrecomputeConfig(_Strict):
     torch_threads: int = Field(1, ge=1)  # per Python worker; local[2] runs 2 workers
     expiry_bucket: str = Field("hour", pattern="^(hour|day)$")
     candidates: CandidateConfig = CandidateConfig()
+    speculator: SpeculatorTrainingConfig = SpeculatorTrainingConfig()
     verifier: VerifierConfig = VerifierConfig()
 
 

@@ -1,10 +1,20 @@
 -- Speculative candidates at {as_of}: which (user, item) pairs will be requested in the next horizon?
--- Input view: `events` (the events visible at {as_of}, cached once per tick). Only events with ts <= {as_of} are read (docs/architecture.md §2).
--- Users active since {lookback_start} are crossed with three rules, each tagged in `source`:
---   cooc      items co-engaged (same user, recent events since {cooc_start}) with the user's recent items
---   trending  the most engaged items since {trending_start}
---   recent    the user's own recent items (re-exposure)
--- cooc and trending skip items the user already engaged; every rule scores in [0, 1] per user.
+-- Input views: `events` (the events visible at {as_of}, cached once per tick) and `retrieval_parts`
+-- (user_id, item_id, score: the FM retrieval source, computed in jobs/candidates.py; empty when off).
+-- Only events with ts <= {as_of} are read (docs/architecture.md §2).
+-- Users active since {lookback_start} get candidates from these sources, each tagged in `source`:
+--   cooc       items co-engaged (same user, recent events since {cooc_start}) with the user's recent items
+--   trending   the most engaged items since {trending_start}
+--   recent     the user's own recent items (re-exposure)
+--   next       session continuation: what users who engaged the user's last items engaged next (the
+--              {next_window} events after them, events since {cooc_start})
+--   popular    the items engaged by the most distinct users since {popular_start}
+--   retrieval  the FM's user representation against item representations (FAISS inner product)
+-- Every source scores in [0, 1] per user and keeps its best {source_items} items per user; all but
+-- `recent` skip items the user already engaged. The blend is linear in the source scores and three
+-- activity features of the user (`features` below): spec_score = the blend (a logit when learned),
+-- request_score = the request model's probability (the verifier's input when precompute.verifier.rule
+-- is `request`; NULL without one).
 
 CREATE OR REPLACE TEMP VIEW past_events AS
 SELECT user_id, item_id, ts FROM events WHERE ts <= {as_of};
@@ -12,9 +22,18 @@ SELECT user_id, item_id, ts FROM events WHERE ts <= {as_of};
 CREATE OR REPLACE TEMP VIEW active_users AS
 SELECT DISTINCT user_id FROM past_events WHERE ts > {lookback_start};
 
+-- Why activity features: ML-1M users engage in bursts, so who asks next hour is mostly who is asking now.
+CREATE OR REPLACE TEMP VIEW user_activity AS
+SELECT p.user_id,
+       ln(1.0 + count(*)) AS log_events,
+       ln(1.0 + count_if(p.ts > {hour_start})) AS log_events_last_hour,
+       least((unix_seconds({as_of}) - unix_seconds(max(p.ts))) / 86400.0, 7.0) AS days_since_last
+FROM past_events p JOIN active_users a ON a.user_id = p.user_id
+GROUP BY p.user_id;
+
 CREATE OR REPLACE TEMP VIEW user_recent AS
-SELECT user_id, item_id, rn FROM (
-  SELECT p.user_id, p.item_id,
+SELECT user_id, item_id, ts, rn FROM (
+  SELECT p.user_id, p.item_id, p.ts,
          row_number() OVER (PARTITION BY p.user_id ORDER BY p.ts DESC, p.item_id) AS rn
   FROM past_events p JOIN active_users a ON a.user_id = p.user_id
 ) WHERE rn <= {recent_items};
@@ -35,6 +54,24 @@ SELECT item_a, item_b, n FROM (
   )
 ) WHERE rn <= {cooc_neighbors};
 
+-- item -> next item: b among the {next_window} events the same user engaged right after a (by time, then
+-- item id: ML-1M stores many ratings of one session under one timestamp, so their order is unknown).
+CREATE OR REPLACE TEMP VIEW user_sequence AS
+SELECT user_id, item_id, row_number() OVER (PARTITION BY user_id ORDER BY ts, item_id) AS pos
+FROM past_events WHERE ts > {cooc_start};
+
+CREATE OR REPLACE TEMP VIEW item_next AS
+SELECT item_a, item_b, n FROM (
+  SELECT item_a, item_b, n, row_number() OVER (PARTITION BY item_a ORDER BY n DESC, item_b) AS rn
+  FROM (
+    SELECT a.item_id AS item_a, b.item_id AS item_b, count(*) AS n
+    FROM (SELECT user_id, item_id, pos + step AS next_pos FROM user_sequence
+          LATERAL VIEW explode(sequence(1, {next_window})) steps AS step) a  -- an equi-join, not a range join
+    JOIN user_sequence b ON a.user_id = b.user_id AND b.pos = a.next_pos AND a.item_id <> b.item_id
+    GROUP BY a.item_id, b.item_id
+  )
+) WHERE rn <= {next_neighbors};
+
 CREATE OR REPLACE TEMP VIEW engaged AS
 SELECT DISTINCT p.user_id, p.item_id FROM past_events p JOIN active_users a ON a.user_id = p.user_id;
 
@@ -45,31 +82,79 @@ SELECT user_id, item_id, raw / max(raw) OVER (PARTITION BY user_id) AS score FRO
   GROUP BY r.user_id, c.item_b
 );
 
+CREATE OR REPLACE TEMP VIEW rule_next AS
+SELECT user_id, item_id, raw / max(raw) OVER (PARTITION BY user_id) AS score FROM (
+  SELECT r.user_id, c.item_b AS item_id, sum(c.n / (1.0 + r.rn)) AS raw
+  FROM user_recent r JOIN item_next c ON c.item_a = r.item_id
+  WHERE r.rn <= {next_seeds}
+  GROUP BY r.user_id, c.item_b
+);
+
 CREATE OR REPLACE TEMP VIEW trending AS
 SELECT item_id, n / max(n) OVER () AS score FROM (
   SELECT item_id, n, row_number() OVER (ORDER BY n DESC, item_id) AS rn
   FROM (SELECT item_id, count(*) AS n FROM past_events WHERE ts > {trending_start} GROUP BY item_id)
 ) WHERE rn <= {trending_items};
 
-CREATE OR REPLACE TEMP VIEW candidate_parts AS
-SELECT user_id, item_id, 'cooc' AS source, {weight_cooc} * score AS part FROM rule_cooc
+CREATE OR REPLACE TEMP VIEW popular AS
+SELECT item_id, n / max(n) OVER () AS score FROM (
+  SELECT item_id, n, row_number() OVER (ORDER BY n DESC, item_id) AS rn
+  FROM (SELECT item_id, count(DISTINCT user_id) AS n FROM past_events WHERE ts > {popular_start} GROUP BY item_id)
+) WHERE rn <= {popular_items};
+
+CREATE OR REPLACE TEMP VIEW source_scores AS
+SELECT user_id, item_id, 'cooc' AS source, score FROM rule_cooc WHERE {use_cooc}
 UNION ALL
-SELECT a.user_id, t.item_id, 'trending' AS source, {weight_trending} * t.score AS part
-FROM active_users a CROSS JOIN trending t
+SELECT a.user_id, t.item_id, 'trending' AS source, t.score FROM active_users a CROSS JOIN trending t WHERE {use_trending}
 UNION ALL
-SELECT user_id, item_id, 'recent' AS source, {weight_recent} * (1.0 - (rn - 1) / {recent_items}) AS part
-FROM user_recent;
+SELECT user_id, item_id, 'recent' AS source, 1.0 - (rn - 1) / {recent_items} AS score FROM user_recent WHERE {use_recent}
+UNION ALL
+SELECT user_id, item_id, 'next' AS source, score FROM rule_next WHERE {use_next}
+UNION ALL
+SELECT a.user_id, p.item_id, 'popular' AS source, p.score FROM active_users a CROSS JOIN popular p WHERE {use_popular}
+UNION ALL
+SELECT r.user_id, r.item_id, 'retrieval' AS source, r.score
+FROM retrieval_parts r JOIN active_users a ON a.user_id = r.user_id WHERE {use_retrieval};
+
+-- Each source's best items per user (source_rank: the benchmark's per-source budgets), engaged items skipped.
+CREATE OR REPLACE TEMP VIEW source_parts AS
+SELECT user_id, item_id, source, score, source_rank FROM (
+  SELECT s.*, row_number() OVER (PARTITION BY s.user_id, s.source ORDER BY s.score DESC, s.item_id) AS source_rank
+  FROM source_scores s
+  LEFT ANTI JOIN engaged e ON e.user_id = s.user_id AND e.item_id = s.item_id AND s.source <> 'recent'
+) WHERE source_rank <= {source_items};
+
+-- One row per pair: the source scores (0 when a source did not propose it) and the user's activity.
+CREATE OR REPLACE TEMP VIEW features AS
+SELECT s.user_id, s.item_id, concat_ws(',', sort_array(collect_set(s.source))) AS source,
+       coalesce(max(CASE WHEN s.source = 'cooc' THEN s.score END), 0.0) AS score_cooc,
+       coalesce(max(CASE WHEN s.source = 'trending' THEN s.score END), 0.0) AS score_trending,
+       coalesce(max(CASE WHEN s.source = 'recent' THEN s.score END), 0.0) AS score_recent,
+       coalesce(max(CASE WHEN s.source = 'next' THEN s.score END), 0.0) AS score_next,
+       coalesce(max(CASE WHEN s.source = 'popular' THEN s.score END), 0.0) AS score_popular,
+       coalesce(max(CASE WHEN s.source = 'retrieval' THEN s.score END), 0.0) AS score_retrieval,
+       first(u.log_events) AS log_events, first(u.log_events_last_hour) AS log_events_last_hour,
+       first(u.days_since_last) AS days_since_last
+FROM source_parts s JOIN user_activity u ON u.user_id = s.user_id
+GROUP BY s.user_id, s.item_id;
 
 CREATE OR REPLACE TEMP VIEW candidate_pairs AS
-SELECT c.user_id, c.item_id,
-       concat_ws(',', sort_array(collect_set(c.source))) AS source,
-       CAST(sum(c.part) AS DOUBLE) AS spec_score
-FROM candidate_parts c
-LEFT ANTI JOIN engaged e ON e.user_id = c.user_id AND e.item_id = c.item_id AND c.source <> 'recent'
-GROUP BY c.user_id, c.item_id;
+SELECT f.*,
+       CAST({blend_bias} + {blend_cooc} * score_cooc + {blend_trending} * score_trending
+            + {blend_recent} * score_recent + {blend_next} * score_next + {blend_popular} * score_popular
+            + {blend_retrieval} * score_retrieval + {blend_log_events} * log_events
+            + {blend_log_events_last_hour} * log_events_last_hour
+            + {blend_days_since_last} * days_since_last AS DOUBLE) AS spec_score,
+       CASE WHEN {has_request_model} THEN CAST(1.0 / (1.0 + exp(-(
+            {request_bias} + {request_cooc} * score_cooc + {request_trending} * score_trending
+            + {request_recent} * score_recent + {request_next} * score_next + {request_popular} * score_popular
+            + {request_retrieval} * score_retrieval + {request_log_events} * log_events
+            + {request_log_events_last_hour} * log_events_last_hour
+            + {request_days_since_last} * days_since_last))) AS DOUBLE) END AS request_score
+FROM features f;
 
 -- Cap per user, then the global budget; ties broken by ids so reruns pick the same pairs.
-SELECT user_id, item_id, source, spec_score FROM (
+SELECT * FROM (
   SELECT *, row_number() OVER (PARTITION BY user_id ORDER BY spec_score DESC, item_id) AS user_rank
   FROM candidate_pairs
 ) WHERE user_rank <= {per_user}

@@ -1,7 +1,11 @@
 """Speculation and verification rules (pure: no Spark import).
 
-* :func:`candidate_params` turns the typed config and a run's as-of into the parameters of
-  ``sql/candidates.sql`` (window starts as timestamps, so the SQL needs no interval arithmetic).
+* :func:`candidate_params` turns the typed config, a run's as-of and the blend / request models into
+  the parameters of ``sql/candidates.sql`` (window starts as timestamps, so the SQL needs no
+  interval arithmetic).
+* :class:`LinearModel`, :func:`fit_logistic`, :class:`Speculator`: the blend of the sources and the
+  request model, fit on past ticks (``jobs/train_speculator``) and applied in the SQL.
+* :func:`busiest_ticks`: which hours to learn from (and to benchmark on): the most requesters.
 * :func:`effective_threshold` / :func:`verify_mask` implement the verifier rule: an absolute
   threshold, a global budget (threshold raised to the budget's quantile) and a per-user top-k,
   all of which apply when set. The Spark job uses the same threshold function, so the edge cases
@@ -11,6 +15,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -18,24 +25,144 @@ from numpy.typing import ArrayLike
 
 from solaris.config import CandidateConfig, VerifierConfig
 
+SOURCES = ("cooc", "trending", "recent", "next", "popular", "retrieval")
+# The blend's inputs, in the order of the SQL's `features` view: one score per source, then the user's activity.
+FEATURES = (*(f"score_{source}" for source in SOURCES), "log_events", "log_events_last_hour", "days_since_last")
 
-def candidate_params(config: CandidateConfig, as_of: datetime) -> dict:
+
+@dataclass(frozen=True)
+class LinearModel:
+    """``bias + sum(weights[f] * x_f)`` over :data:`FEATURES` (a logit when fit by :func:`fit_logistic`)."""
+
+    bias: float
+    weights: dict[str, float]
+
+    def vector(self) -> np.ndarray:
+        return np.array([self.weights.get(name, 0.0) for name in FEATURES], dtype=np.float64)
+
+    def logit(self, x: np.ndarray) -> np.ndarray:
+        return self.bias + np.asarray(x, dtype=np.float64) @ self.vector()
+
+    def sql_params(self, prefix: str) -> dict[str, float]:
+        """``{prefix}_bias`` and ``{prefix}_<feature without score_>`` for sql/candidates.sql."""
+        params = {f"{prefix}_bias": float(self.bias)}
+        for name, weight in zip(FEATURES, self.vector(), strict=True):
+            params[f"{prefix}_{name.removeprefix('score_')}"] = float(weight)
+        return params
+
+
+@dataclass(frozen=True)
+class Speculator:
+    """What ``train-speculator`` learned at ``as_of`` from past ticks: the blend (logit of "requested
+    within the horizon") and the request model (logit of "requested within the TTL"), the verifier's
+    score under rule ``request``. ``version`` is a hash of the content."""
+
+    as_of: str
+    blend: LinearModel
+    request: LinearModel
+    ticks: list[str] = field(default_factory=list)
+    rows: int = 0
+    positives: int = 0
+
+    @property
+    def version(self) -> str:
+        body = json.dumps({"blend": asdict(self.blend), "request": asdict(self.request), "as_of": self.as_of},
+                          sort_keys=True)
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "version": self.version}, sort_keys=True, indent=2)
+
+    @staticmethod
+    def from_json(text: str) -> Speculator:
+        data = json.loads(text)
+        return Speculator(as_of=data["as_of"], blend=LinearModel(**data["blend"]),
+                          request=LinearModel(**data["request"]), ticks=list(data.get("ticks", [])),
+                          rows=int(data.get("rows", 0)), positives=int(data.get("positives", 0)))
+
+
+def hand_blend(config: CandidateConfig) -> LinearModel:
+    """The hand weights of the config as a blend (the ``hand`` option and the fallback)."""
+    return LinearModel(bias=0.0, weights={f"score_{source}": float(getattr(config, f"weight_{source}"))
+                                          for source in SOURCES})
+
+
+def candidate_params(config: CandidateConfig, as_of: datetime, blend: LinearModel | None = None,
+                     request: LinearModel | None = None) -> dict:
+    """Parameters of sql/candidates.sql: window starts as timestamps, source switches, the two models."""
     hours = lambda value: timedelta(hours=value)  # noqa: E731
+    blend = blend or hand_blend(config)
     return {
         "as_of": as_of,
         "lookback_start": as_of - hours(config.lookback_hours),
+        "hour_start": as_of - hours(1),
         "cooc_start": as_of - timedelta(days=config.cooc_days),
         "trending_start": as_of - hours(config.trending_hours),
+        "popular_start": as_of - timedelta(days=config.popular_days),
         "recent_items": config.recent_items,
         "cooc_items_per_user": config.cooc_items_per_user,
         "cooc_neighbors": config.cooc_neighbors,
         "trending_items": config.trending_items,
-        "weight_cooc": float(config.weight_cooc),
-        "weight_trending": float(config.weight_trending),
-        "weight_recent": float(config.weight_recent),
+        "next_window": config.next_window,
+        "next_neighbors": config.next_neighbors,
+        "next_seeds": config.next_seeds,
+        "popular_items": config.popular_items,
+        "source_items": config.source_items,
+        **{f"use_{source}": source in config.sources for source in SOURCES},
+        **blend.sql_params("blend"),
+        "has_request_model": request is not None,
+        **(request or LinearModel(0.0, {})).sql_params("request"),
         "per_user": config.per_user,
         "budget": config.budget,
     }
+
+
+def fit_logistic(x: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None, l2: float = 1.0,
+                 iterations: int = 50) -> LinearModel:
+    """Weighted L2-regularised logistic regression by Newton's method (deterministic, no randomness).
+
+    Features are standardised for the fit (so ``l2`` treats them alike) and the weights mapped back
+    to raw feature units, so the model applies to the SQL's raw columns. The bias is not penalised.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale == 0] = 1.0
+    design = np.hstack([np.ones((len(y), 1)), (x - mean) / scale])
+    beta = np.zeros(design.shape[1])
+    penalty = np.full(design.shape[1], float(l2))
+    penalty[0] = 0.0
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-np.clip(design @ beta, -30, 30)))
+        gradient = design.T @ (w * (p - y)) + penalty * beta
+        hessian = (design * (w * p * (1 - p))[:, None]).T @ design + np.diag(penalty) + 1e-9 * np.eye(len(beta))
+        step = np.linalg.solve(hessian, gradient)
+        beta -= step
+        if np.max(np.abs(step)) < 1e-8:
+            break
+    coefficients = beta[1:] / scale
+    return LinearModel(bias=float(beta[0] - coefficients @ mean),
+                       weights={name: float(c) for name, c in zip(FEATURES, coefficients, strict=True)})
+
+
+def busiest_ticks(requesters: dict[datetime, int], n_ticks: int, days: int | None = None,
+                  per_day: int | None = None) -> list[datetime]:
+    """Hourly ticks with the most distinct requesters in the hour after them, in time order.
+
+    With ``days`` / ``per_day``: the ``per_day`` busiest hours of each day, over the ``days`` days
+    whose chosen hours hold the most requesters (spreads the ticks over several days). Ties by time.
+    """
+    ranked = sorted(requesters.items(), key=lambda kv: (-kv[1], kv[0]))
+    if days is None or per_day is None:
+        return sorted(t for t, _ in ranked[:n_ticks])
+    by_day: dict = {}
+    for tick, count in ranked:
+        chosen = by_day.setdefault(tick.date(), [])
+        if len(chosen) < per_day:
+            chosen.append((tick, count))
+    best_days = sorted(by_day.items(), key=lambda kv: (-sum(c for _, c in kv[1]), kv[0]))[:days]
+    return sorted(t for _, chosen in best_days for t, _ in chosen)[:n_ticks]
 
 
 def effective_threshold(scores: ArrayLike, rule: VerifierConfig) -> float:
@@ -45,7 +172,8 @@ def effective_threshold(scores: ArrayLike, rule: VerifierConfig) -> float:
     never depends on row order. Returns ``inf`` when nothing can pass (e.g. empty input).
     """
     scores = np.asarray(scores, dtype=np.float64)
-    threshold = -np.inf if rule.threshold is None else float(rule.threshold)
+    active = rule.active_threshold()
+    threshold = -np.inf if active is None else float(active)
     passing = np.sort(scores[scores >= threshold])[::-1]
     if passing.size == 0:
         return float("inf")
@@ -53,7 +181,7 @@ def effective_threshold(scores: ArrayLike, rule: VerifierConfig) -> float:
         boundary = passing[rule.budget]  # first score that does not fit
         above = passing[passing > boundary]
         return float(above[-1]) if above.size else float("inf")
-    return float(passing[-1]) if rule.threshold is None else max(threshold, float(passing[-1]))
+    return float(passing[-1]) if active is None else max(threshold, float(passing[-1]))
 
 
 def threshold_inputs(scores: np.ndarray, rule: VerifierConfig) -> np.ndarray:
@@ -64,7 +192,8 @@ def threshold_inputs(scores: np.ndarray, rule: VerifierConfig) -> np.ndarray:
     for every input, so the driver never holds a copy of every score.
     """
     scores = np.asarray(scores, dtype=np.float64)
-    passing = scores if rule.threshold is None else scores[scores >= float(rule.threshold)]
+    active = rule.active_threshold()
+    passing = scores if active is None else scores[scores >= float(active)]
     if rule.budget is None:
         return passing[np.argsort(passing)[:1]]
     return np.sort(passing)[::-1][: rule.budget + 1]

@@ -76,3 +76,18 @@ def test_per_user_cap_and_global_budget(spark, world):
 
 def test_no_active_users_gives_no_candidates(spark, world):
     assert _pairs(spark, world, lookback_hours=0.5) == {}
+
+
+def test_an_event_after_as_of_changes_neither_candidates_nor_learned_models(spark, make_config):
+    """Point-in-time and determinism: candidates (all sources), the blend and the request verifier
+    learned at AS_OF are the same with or without events after AS_OF, and the same on a rerun."""
+    from solaris.jobs.train_speculator import fit
+
+    config = make_config()
+    past = [(u, 10 + (u + k) % 7, 30 - k - u % 5) for u in range(1, 12) for k in range(8)]
+    _events(spark, config, past)
+    before = _pairs(spark, config)
+    model = fit(spark, config, AS_OF)
+    _events(spark, config, [*past, (3, 99, -1), (4, 12, -2), (20, 11, -0.5)])
+    assert _pairs(spark, config) == before and _pairs(spark, config) == before
+    assert fit(spark, config, AS_OF) == model

@@ -1,4 +1,4 @@
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
@@ -15,45 +15,50 @@ from solaris.precompute.speculation import (
 from solaris.storage.sql import literal, render, statements
 from solaris.timeutil import default_run_id
 
+
+def RELEVANCE(**settings) -> VerifierConfig:
+    """The relevance rule (the rule these threshold tests were written for)."""
+    return VerifierConfig(rule="relevance", **settings)
+
 USERS = np.array([1, 1, 1, 2, 2, 3])
 ITEMS = np.array([10, 11, 12, 10, 13, 14])
 SCORES = np.array([0.9, 0.7, 0.4, 0.8, 0.6, 0.2])
 
 
 def test_threshold_only():
-    keep, threshold = verify_mask(USERS, ITEMS, SCORES, VerifierConfig(threshold=0.5))
+    keep, threshold = verify_mask(USERS, ITEMS, SCORES, RELEVANCE(threshold=0.5))
     assert keep.tolist() == [True, True, False, True, True, False] and threshold == pytest.approx(0.6)
 
 
 def test_empty_input_keeps_nothing():
-    keep, threshold = verify_mask(np.array([]), np.array([]), np.array([]), VerifierConfig(threshold=0.5, budget=3))
+    keep, threshold = verify_mask(np.array([]), np.array([]), np.array([]), RELEVANCE(threshold=0.5, budget=3))
     assert keep.size == 0 and threshold == float("inf")
 
 
 def test_all_below_threshold():
-    keep, threshold = verify_mask(USERS, ITEMS, SCORES, VerifierConfig(threshold=0.95))
+    keep, threshold = verify_mask(USERS, ITEMS, SCORES, RELEVANCE(threshold=0.95))
     assert not keep.any() and threshold == float("inf")
 
 
 def test_budget_larger_than_input_keeps_all_passing():
-    keep, _ = verify_mask(USERS, ITEMS, SCORES, VerifierConfig(threshold=None, budget=100))
+    keep, _ = verify_mask(USERS, ITEMS, SCORES, RELEVANCE(threshold=None, budget=100))
     assert keep.all()
 
 
 def test_budget_raises_threshold_to_quantile():
-    keep, threshold = verify_mask(USERS, ITEMS, SCORES, VerifierConfig(threshold=0.1, budget=3))
+    keep, threshold = verify_mask(USERS, ITEMS, SCORES, RELEVANCE(threshold=0.1, budget=3))
     assert keep.sum() == 3 and threshold == pytest.approx(0.7)
 
 
 def test_budget_ties_are_dropped_together():
     scores = np.array([0.9, 0.5, 0.5, 0.5])
-    assert effective_threshold(scores, VerifierConfig(threshold=None, budget=2)) == pytest.approx(0.9)
-    assert effective_threshold(np.array([0.5, 0.5]), VerifierConfig(threshold=None, budget=1)) == float("inf")
+    assert effective_threshold(scores, RELEVANCE(threshold=None, budget=2)) == pytest.approx(0.9)
+    assert effective_threshold(np.array([0.5, 0.5]), RELEVANCE(threshold=None, budget=1)) == float("inf")
 
 
 def test_top_k_per_user_after_threshold_with_item_tiebreak():
     scores = np.array([0.9, 0.9, 0.4, 0.8, 0.6, 0.2])
-    keep, _ = verify_mask(USERS, ITEMS, scores, VerifierConfig(threshold=0.3, top_k_per_user=1))
+    keep, _ = verify_mask(USERS, ITEMS, scores, RELEVANCE(threshold=0.3, top_k_per_user=1))
     assert keep.tolist() == [True, False, False, True, False, False]
 
 
@@ -72,7 +77,7 @@ def test_candidate_params_render_into_sql():
     sql = render("candidates", **params)
     assert "TIMESTAMP '2000-11-30 00:00:00.000000'" in sql and "{" not in sql
     parts = statements(sql)
-    assert parts[-1].lstrip().upper().startswith("SELECT") and len(parts) == 11
+    assert parts[-1].lstrip().upper().startswith("SELECT") and len(parts) == 18
 
 
 def test_sql_rendering_refuses_unsafe_values_and_missing_params():
@@ -84,7 +89,6 @@ def test_sql_rendering_refuses_unsafe_values_and_missing_params():
 
 
 def test_run_ids_are_deterministic_utc():
-    from datetime import timedelta
 
     paris = timezone(timedelta(hours=1))
     assert default_run_id("precompute", datetime(2000, 12, 1, 1, tzinfo=paris)) == "precompute-20001201T000000Z"
@@ -95,8 +99,44 @@ def test_run_ids_are_deterministic_utc():
 def test_threshold_from_the_collected_subset_equals_threshold_from_all_scores(threshold, budget):
     rng = np.random.default_rng(7)
     scores = np.round(rng.random(400), 2)  # rounded: many ties, also at the budget boundary
-    rule = VerifierConfig(threshold=threshold, top_k_per_user=None, budget=budget)
+    rule = RELEVANCE(threshold=threshold, top_k_per_user=None, budget=budget)
     subset = threshold_inputs(scores, rule)
     assert subset.size <= (1 if budget is None else budget + 1)
     assert effective_threshold(subset, rule) == effective_threshold(scores, rule)
     assert effective_threshold(threshold_inputs(scores[:0], rule), rule) == float("inf")
+
+
+def test_fit_logistic_is_deterministic_and_ranks_by_the_informative_feature():
+    from solaris.precompute.speculation import FEATURES, fit_logistic
+
+    rng = np.random.default_rng(3)
+    x = rng.random((2000, len(FEATURES)))
+    y = (rng.random(2000) < 1 / (1 + np.exp(-(4 * x[:, FEATURES.index("score_next")] - 2)))).astype(float)
+    first, second = fit_logistic(x, y), fit_logistic(x, y)
+    assert first == second
+    assert max(first.weights, key=lambda name: abs(first.weights[name])) == "score_next"
+    assert first.weights["score_next"] > 0
+
+
+def test_speculator_round_trips_and_its_sql_params_cover_the_blend():
+    from solaris.precompute.speculation import LinearModel, Speculator, hand_blend
+
+    blend = hand_blend(CandidateConfig())
+    request = LinearModel(-3.0, {"log_events": 1.0})
+    speculator = Speculator(as_of="2000-11-01T00:00:00+00:00", blend=blend, request=request)
+    again = Speculator.from_json(speculator.to_json())
+    assert again == speculator and again.version == speculator.version
+    params = candidate_params(CandidateConfig(), datetime(2000, 12, 1, tzinfo=timezone.utc), blend, again.request)
+    assert params["blend_cooc"] == 1.0 and params["request_bias"] == -3.0 and params["has_request_model"] is True
+    render("candidates", **params)  # every placeholder filled
+
+
+def test_busiest_ticks_spread_over_days_in_time_order():
+    from solaris.precompute.speculation import busiest_ticks
+
+    base = datetime(2000, 11, 1, tzinfo=timezone.utc)
+    counts = {base + timedelta(hours=h): (h * 37) % 101 for h in range(24 * 5)}
+    ticks = busiest_ticks(counts, 6, days=3, per_day=2)
+    assert len(ticks) == 6 and ticks == sorted(ticks) and len({t.date() for t in ticks}) == 3
+    assert busiest_ticks(counts, 6, days=3, per_day=2) == ticks
+    assert busiest_ticks(counts, 1) == [max(counts, key=lambda t: (counts[t], -t.timestamp()))]

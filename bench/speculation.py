@@ -1,0 +1,218 @@
+"""Speculation benchmark: which share of the next hour's requests each source, the blend and the written set hit.
+
+On an ingested warehouse with an FM and a verifier trained as of <= the first tick, over many hourly
+ticks chosen by the data (the ``--per-day`` hours with the most distinct requesters on each of the
+``--days`` busiest days of ``[--start, --end)``), in one Spark session:
+
+1. ``solaris.jobs.train_speculator.fit`` learns the blend and the request verifier at the first
+   tick (from ticks before it only) unless ``--no-train``; the checkpoint goes to the warehouse.
+2. At each tick ``t`` the views of ``sql/candidates.sql`` are built from events ``<= t``; ranked pair
+   sets are read from them: every source alone (its own per-user ranking), the blend, today's rules
+   (cooc + trending + recent with the hand weights: the baseline), the new written set (request
+   verifier before the FM, threshold + top-k per user) and today's written set (the baseline's top
+   ``per_user`` candidates scored by the FM + relevance verifier UDF, threshold + top-k).
+3. Requests are the events in ``(t, t + horizon]``, stratified by the requester's event count at
+   ``t`` (none / 1-20 / > 20). Hit rate at budget B = share of requests whose pair is within the
+   user's first B pairs of a set. Precision = share of written pairs requested in ``(t, t + ttl]``.
+   FM passes per tier-1-covered request = pairs scored by the FM / requests hit by the written set.
+
+Reads only events <= t for every decision; events after t only as labels of the measurement.
+
+    .venv/bin/python bench/speculation.py --warehouse /tmp/spec-wh
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+
+BUDGETS = (10, 20, 50, 100, 200)
+# The speculation under test (opt-in in the default config until this benchmark has measured it);
+# today's rules are measured in the same run as the baseline rows. --set overrides these.
+NEW_SPECULATION = (
+    "precompute.candidates.sources=[cooc, trending, recent, next, popular, retrieval]",
+    "precompute.candidates.blend=learned",
+    "precompute.verifier.rule=request",
+    "precompute.verifier.top_k_per_user=50",
+)
+STRATA = ("none", "1-20", ">20")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--warehouse", required=True, help="ingested warehouse with models/fm and models/vm_baseline")
+    parser.add_argument("--start", default="2000-11-02T00:00:00Z")
+    parser.add_argument("--end", default="2000-12-01T00:00:00Z")
+    parser.add_argument("--days", type=int, default=6, help="busiest days to take ticks from")
+    parser.add_argument("--per-day", type=int, default=8, help="busiest hours per day")
+    parser.add_argument("--no-train", action="store_true", help="use the warehouse's speculator checkpoint as is")
+    parser.add_argument("--set", action="append", default=[], help="config override key=value")
+    return parser.parse_args(argv)
+
+
+def ranked_sets(spark, config, tick, baseline_weights):
+    """(set, user_id, item_id, rank) of every pair set measured at ``tick`` (views already built)
+    and the number of FM passes of each written set."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from solaris.config import VerifierConfig
+    from solaris.jobs.score import _verify
+    from solaris.precompute.spark_features import candidate_features
+    from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
+
+    pre, rules = config.precompute, config.precompute.candidates
+
+    def ranked(frame, name, score):
+        window = Window.partitionBy("user_id").orderBy(F.col(score).desc(), F.col("item_id"))
+        return frame.select("user_id", "item_id", F.row_number().over(window).alias("rank"), F.lit(name).alias("set"))
+
+    pairs = spark.table("candidate_pairs").persist()
+    parts = spark.table("source_parts").select("user_id", "item_id", F.col("source_rank").alias("rank"),
+                                               F.col("source").alias("set"))
+    hand = sum(F.col(f"score_{s}") * w for s, w in baseline_weights.items())
+    baseline_pool = pairs.where(sum(F.col(f"score_{s}") for s in baseline_weights) > 0).withColumn("hand", hand)
+    baseline = ranked(baseline_pool, "today's rules", "hand")
+    blend = ranked(pairs, "blend", "spec_score")
+    new_written, _, _ = _verify(pairs.where(F.col("request_score").isNotNull()), "request_score", pre.verifier)
+    written_new = ranked(new_written, "written (new)", "request_score")
+
+    # today's written set: top per_user baseline candidates -> FM + relevance verifier -> threshold, top-k
+    today_candidates = baseline.where(F.col("rank") <= rules.per_user).select("user_id", "item_id")
+    from solaris.models.checkpoint import resolve_checkpoint
+
+    spec = ScoringSpec(
+        fm_checkpoint=str(resolve_checkpoint(config.resolve_under_warehouse(pre.fm_checkpoint))),
+        verifier_checkpoint=str(resolve_checkpoint(config.resolve_under_warehouse(pre.verifier_checkpoint))),
+        embedding_dim=config.model.embedding_dim, history_length=config.model.history_length,
+        request_ts=int(tick.timestamp()), model_batch_size=pre.model_batch_size, torch_threads=pre.torch_threads)
+    scored = (candidate_features(spark, config, today_candidates, tick).mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
+              .select("user_id", "item_id", "verifier_score").persist())
+    relevance = VerifierConfig(rule="relevance", threshold=0.5, top_k_per_user=20)
+    today_written, _, today_passes = _verify(scored, "verifier_score", relevance)
+    written_today = ranked(today_written, "written (today)", "verifier_score")
+    sets = parts.unionByName(baseline).unionByName(blend).unionByName(written_new).unionByName(written_today)
+    new_passes = new_written.count()
+    return sets, {"written (new)": new_passes, "written (today)": today_passes}, (pairs, scored)
+
+
+def measure_tick(spark, config, tick, sets):
+    """Hits per (set, stratum, budget), requests per stratum, written pairs and their TTL hits."""
+    from pyspark.sql import functions as F
+
+    from solaris.precompute.spark_features import visible_events
+
+    pre = config.precompute
+    events = spark.read.format("delta").load(config.table_path("events"))
+    history = visible_events(spark, config, tick).groupBy("user_id").agg(F.count("*").alias("n"))
+    stratum = (F.when(F.col("n").isNull(), "none").when(F.col("n") <= 20, "1-20").otherwise(">20"))
+    horizon_end = tick + timedelta(hours=pre.horizon_hours)
+    horizon = events.where((F.col("ts") > F.lit(tick)) & (F.col("ts") <= F.lit(horizon_end)))
+    requests = horizon.select("user_id", "item_id").join(history, "user_id", "left").withColumn("stratum", stratum)
+    per_stratum = {r["stratum"]: (int(r["requests"]), int(r["users"])) for r in requests.groupBy("stratum").agg(
+        F.count("*").alias("requests"), F.countDistinct("user_id").alias("users")).collect()}
+    hits = requests.join(sets, ["user_id", "item_id"]).groupBy("set", "stratum").agg(
+        *(F.count_if(F.col("rank") <= b).alias(f"b{b}") for b in BUDGETS)).collect()
+    ttl = events.where((F.col("ts") > F.lit(tick)) & (F.col("ts") <= F.lit(tick + timedelta(hours=pre.ttl_hours))))
+    asked = ttl.select("user_id", "item_id").distinct().withColumn("asked", F.lit(True))
+    written = sets.where(F.col("set").startswith("written")).join(asked, ["user_id", "item_id"], "left")
+    sizes = written.groupBy("set").agg(F.count("*").alias("pairs"), F.count_if(F.col("asked")).alias("asked"),
+                                       F.countDistinct("user_id").alias("users")).collect()
+    return per_stratum, hits, sizes
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    from solaris.config import load_config
+    from solaris.jobs.candidates import load_speculator, prepare_views, save_speculator
+    from solaris.jobs.train_speculator import fit, requesters_per_hour
+    from solaris.precompute.spark_features import tick_events
+    from solaris.precompute.speculation import busiest_ticks
+    from solaris.spark import get_spark
+    from solaris.timeutil import parse_utc
+
+    config = load_config(overrides=[f"warehouse={args.warehouse}", *NEW_SPECULATION, *args.set])
+    spark = get_spark(config, "bench-speculation")
+    started = time.perf_counter()
+    start, end = parse_utc(args.start), parse_utc(args.end)
+    counts = requesters_per_hour(spark, config, start, end)
+    ticks = busiest_ticks(counts, args.days * args.per_day, args.days, args.per_day)
+    print(f"{len(ticks)} ticks over {len({t.date() for t in ticks})} days "
+          f"({ticks[0]:%Y-%m-%d %H}h .. {ticks[-1]:%Y-%m-%d %H}h); distinct requesters per tick: "
+          f"min {min(counts[t] for t in ticks)}, median {sorted(counts[t] for t in ticks)[len(ticks) // 2]}, "
+          f"total {sum(counts[t] for t in ticks)}")
+    if not args.no_train:
+        save_speculator(config, fit(spark, config, ticks[0]))
+    speculator = load_speculator(config, ticks[0])
+    assert speculator is not None, "no speculator trained at or before the first tick"
+    print(f"speculator {speculator.version} as of {speculator.as_of} from {len(speculator.ticks)} ticks; "
+          f"blend weights {({k: round(v, 3) for k, v in speculator.blend.weights.items()})}")
+    rules = config.precompute.candidates
+    baseline_weights = {"cooc": rules.weight_cooc, "trending": rules.weight_trending, "recent": rules.weight_recent}
+
+    requests: dict[str, int] = defaultdict(int)
+    requesters: dict[str, int] = defaultdict(int)
+    hits: dict[tuple[str, str, int], int] = defaultdict(int)
+    written: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    passes: dict[str, int] = defaultdict(int)
+    for number, tick in enumerate(ticks):
+        tick_started = time.perf_counter()
+        with tick_events(spark, config, tick):
+            prepare_views(spark, config, tick, speculator)
+            sets, fm_passes, cached = ranked_sets(spark, config, tick, baseline_weights)
+            per_stratum, tick_hits, sizes = measure_tick(spark, config, tick, sets)
+            for frame in cached:
+                frame.unpersist()
+        for name, (n, users) in per_stratum.items():
+            requests[name] += n
+            requesters[name] += users
+        for row in tick_hits:
+            for b in BUDGETS:
+                hits[(row["set"], row["stratum"], b)] += int(row[f"b{b}"])
+        for row in sizes:
+            total = written[row["set"]]
+            total[0], total[1], total[2] = total[0] + row["pairs"], total[1] + row["asked"], total[2] + row["users"]
+        for name, n in fm_passes.items():
+            passes[name] += n
+        print(f"tick {number + 1}/{len(ticks)} {tick:%Y-%m-%d %H}h: {sum(n for n, _ in per_stratum.values())} requests "
+              f"({time.perf_counter() - tick_started:.0f} s)", flush=True)
+
+    prior = ("1-20", ">20")
+    n_prior = sum(requests[s] for s in prior)
+    print(f"\nrequests in (t, t+1h] over {len(ticks)} ticks: " + ", ".join(
+        f"{s}: {requests[s]} ({requesters[s]} requester-ticks)" for s in STRATA))
+    names = sorted({key[0] for key in hits}, key=lambda n: (n.startswith("written"), n != "today's rules", n))
+    header = f"{'set':<16} {'stratum':<8} " + " ".join(f"{'@' + str(b):>7}" for b in BUDGETS)
+    print("\nhit rate (share of requests whose pair is among the user's first B pairs of the set)")
+    print(header)
+    for name in names:
+        for stratum in (*STRATA, ">=1"):
+            members = prior if stratum == ">=1" else (stratum,)
+            denominator = sum(requests[s] for s in members)
+            if not denominator:
+                continue
+            cells = [sum(hits[(name, s, b)] for s in members) / denominator for b in BUDGETS]
+            print(f"{name:<16} {stratum:<8} " + " ".join(f"{100 * c:6.1f}%" for c in cells))
+    print("\nwritten sets (new: request verifier, top_k_per_user; today: relevance >= 0.5, top 20)")
+    print(f"{'set':<16} {'pairs':>8} {'per user':>9} {'hit >=1':>8} {'precision':>10} {'FM passes':>10} "
+          f"{'passes/hit':>11}")
+    summary = {}
+    for name in ("written (today)", "written (new)"):
+        pairs, asked, users = written[name]
+        hit = sum(hits[(name, s, BUDGETS[-1])] for s in prior)
+        per_hit = passes[name] / hit if hit else float("inf")
+        summary[name] = (hit / n_prior if n_prior else 0.0, per_hit)
+        print(f"{name:<16} {pairs:>8} {pairs / max(users, 1):>9.1f} {100 * hit / max(n_prior, 1):>7.1f}% "
+              f"{100 * asked / max(pairs, 1):>9.1f}% {passes[name]:>10} {per_hit:>11.1f}")
+    (new_hit, new_cost), (old_hit, old_cost) = summary["written (new)"], summary["written (today)"]
+    print(f"\nacceptance: written hit rate (>=1 prior event) {100 * new_hit:.1f}% (target >= 25%), "
+          f"{new_hit / old_hit if old_hit else float('inf'):.2f}x today's {100 * old_hit:.1f}% (target >= 2.5x); "
+          f"FM passes per covered request {new_cost:.1f} vs {old_cost:.1f} = "
+          f"{new_cost / old_cost if old_cost else float('nan'):.2f} (target <= 0.25)")
+    print(f"bench wall time {time.perf_counter() - started:.0f} s at {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z")
+
+
+if __name__ == "__main__":
+    main()
