@@ -46,8 +46,8 @@ if len(knn):
     d = json.loads(knn.iloc[-1].details)
     k = d["k"]
     print(f"  KNN: {d['users']} users, {d['clusters']} clusters, recall@{k} vs exact {d['recall_at_' + str(k)]:.3f}")
-for name in ("events", "candidates", "pair_embeddings", "user_embeddings", "imputed_embeddings", "user_neighbors",
-             "quarantine", "runs"):
+for name in ("events", "candidates", "pair_embeddings", "user_embeddings", "imputed_embeddings", "item_embeddings",
+             "user_neighbors", "quarantine", "runs"):
     table = DeltaTable(f"{root}/{name}")
     print(f"{name:<16}: {root}/{name}  (Delta version {table.version()}, {table.to_pyarrow_dataset().count_rows()} rows)")
 print(f"{'models':<16}: {root}/models/(fm|vm_baseline)/LATEST")

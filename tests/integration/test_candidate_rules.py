@@ -83,11 +83,12 @@ def test_an_event_after_as_of_changes_neither_candidates_nor_learned_models(spar
     learned at AS_OF are the same with or without events after AS_OF, and the same on a rerun."""
     from solaris.jobs.train_speculator import fit
 
-    config = make_config()
+    every_source = {"sources": "[cooc, trending, recent, next, popular, retrieval]", "blend": "learned"}
+    config = make_config(*(f"precompute.candidates.{key}={value}" for key, value in every_source.items()))
     past = [(u, 10 + (u + k) % 7, 30 - k - u % 5) for u in range(1, 12) for k in range(8)]
     _events(spark, config, past)
-    before = _pairs(spark, config)
+    before = _pairs(spark, config, **every_source)
     model = fit(spark, config, AS_OF)
     _events(spark, config, [*past, (3, 99, -1), (4, 12, -2), (20, 11, -0.5)])
-    assert _pairs(spark, config) == before and _pairs(spark, config) == before
+    assert _pairs(spark, config, **every_source) == before and _pairs(spark, config, **every_source) == before
     assert fit(spark, config, AS_OF) == model
