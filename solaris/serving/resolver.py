@@ -111,7 +111,13 @@ class Tier:
         if not self.keys.size:
             return np.full(users.size, -1, dtype=np.int64)
         query = _key(users, items if self.items is not None else None)
-        position = np.minimum(np.searchsorted(self.keys, query), self.keys.size - 1)
+        # binary search in query order: sorted queries walk the key array monotonically (cache-friendly,
+        # and numpy narrows each search from the previous one), which matters for the k-fold
+        # neighbour-pair lookups
+        order = np.argsort(query, kind="stable")
+        position = np.empty(query.size, dtype=np.int64)
+        position[order] = np.searchsorted(self.keys, query[order])
+        position = np.minimum(position, self.keys.size - 1)
         found = (self.keys[position] == query) & (self.users[position] == users)
         if self.items is not None:
             found &= self.items[position] == items
