@@ -28,9 +28,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+def tiers_label(max_tier: int) -> str:
+    """"tier 1" or "tiers 1-k": how the report names the tiers up to ``max_tier``."""
+    return "tier 1" if max_tier == 1 else f"tiers 1-{max_tier}"
+
+
 LABELS = {
     "fm": "FM (upper bound)", "vm_baseline": "VM baseline", "vm_distilled": "VM distilled",
-    **{name: f"VM+SOLARIS tier{'s 1-' if SOLARIS_MAX_TIER[name] > 1 else ' '}{SOLARIS_MAX_TIER[name]}"
+    **{name: f"VM+SOLARIS {tiers_label(SOLARIS_MAX_TIER[name])}"
        for name in ABLATION},
     "solaris_distilled": f"VM+SOLARIS+distilled (1-{SOLARIS_MAX_TIER['solaris_distilled']})",
 }
@@ -189,7 +194,7 @@ def render_markdown(summary: dict, plots: list[str]) -> str:
     ]
     rows = [(f"tier{tier}", f"tier {tier} ({TIER_NAMES[tier]})") for tier in SERVING_ORDER]
     rows.append(("none", "nothing"))
-    rows += [(cumulative_key(tier), f"cumulative: tier{'s 1-' if tier > 1 else ' '}{tier}") for tier in SERVING_ORDER]
+    rows += [(cumulative_key(tier), f"cumulative: {tiers_label(tier)}") for tier in SERVING_ORDER]
     for key, label in rows:
         lines.append(f"| {label} | {_pm(summary['coverage'].get(key), 1, percent=True)} |")
     cost = summary["cost"]
@@ -288,7 +293,7 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
     )
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    _time_series(ax, summary, tuple((cumulative_key(tier), f"tier{'s 1-' if tier > 1 else ' '}{tier}")
+    _time_series(ax, summary, tuple((cumulative_key(tier), tiers_label(tier))
                                     for tier in SERVING_ORDER))
     t0_index = next((i for i, row in enumerate(summary["per_seed"][0]["per_tick"]) if row["scored_window"]), None)
     if t0_index is not None:
