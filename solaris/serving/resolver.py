@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -39,7 +39,8 @@ from solaris.tiers import (
     TIER_USER,
 )
 
-__all__ = ["TIER_IMPUTED", "TIER_ITEM", "TIER_NEIGHBOR_PAIR", "TIER_NONE", "TIER_PAIR", "TIER_USER", "Neighbors",
+__all__ = ["TIER_IMPUTED", "TIER_ITEM", "TIER_NEIGHBOR_PAIR", "TIER_NONE", "TIER_PAIR", "TIER_USER", "KeyIndex",
+           "Neighbors",
            "Resolver", "Tier", "TierTables"]
 
 
@@ -56,26 +57,75 @@ def _seconds(value: datetime | ArrayLike) -> np.ndarray:
 
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
+_SPREAD = np.uint64(0xBF58476D1CE4E5B9)
 
 
 def _key(users: np.ndarray, items: np.ndarray | None) -> np.ndarray:
-    """One uint64 lookup key per row: the user id, or a mix of (user, item) for pairs."""
-    u = np.asarray(users, dtype=np.int64).astype(np.uint64)
+    """One uint64 lookup key per row: a mix of the user id, or of (user, item) for pairs.
+
+    Both end in a multiplication by an odd constant, which spreads the ids over the top bits: the
+    radix directory of :class:`Tier` buckets keys by their top bits, so consecutive ids (user tiers)
+    must not all land in one bucket."""
+    u = np.asarray(users, dtype=np.int64).astype(np.uint64)  # uint64 array arithmetic wraps silently
     if items is None:
-        return u
-    with np.errstate(over="ignore"):
-        i = np.asarray(items, dtype=np.int64).astype(np.uint64)
-        mixed = (u * _MIX) ^ (i + (u << np.uint64(17)) + (u >> np.uint64(13)))
-        return mixed * np.uint64(0xBF58476D1CE4E5B9)
+        return (u ^ (u >> np.uint64(29))) * _SPREAD
+    i = np.asarray(items, dtype=np.int64).astype(np.uint64)
+    mixed = (u * _MIX) ^ (i + (u << np.uint64(17)) + (u >> np.uint64(13)))
+    return mixed * _SPREAD
+
+
+_MAX_BUCKET_SCAN = 64
+
+
+@dataclass(frozen=True)
+class KeyIndex:
+    """Sorted uint64 keys with a radix directory: bucket ``b`` (the top bits of a key) holds
+    ``keys[start[b]:start[b + 1]]``, about one key per bucket. A lookup reads one or two entries where
+    a binary search over millions of keys takes ~20 dependent cache misses - the difference that makes
+    the neighbour-pair tier (k lookups per open request) affordable."""
+
+    keys: np.ndarray  # uint64, sorted
+    start: np.ndarray  # int32/int64 [2**bits + 1]
+    shift: int  # a key's bucket is key >> shift
+    width: int  # the largest bucket
+
+    @classmethod
+    def build(cls, sorted_keys: np.ndarray) -> "KeyIndex":
+        keys = np.asarray(sorted_keys, dtype=np.uint64)
+        bits = max(1, int(np.ceil(np.log2(max(keys.size, 2)))))  # about one key per bucket
+        shift = 64 - bits
+        buckets = (keys >> np.uint64(shift)).astype(np.int64)
+        start = np.searchsorted(buckets, np.arange((1 << bits) + 1), side="left")
+        width = int(np.diff(start).max(initial=0))
+        return cls(keys, start.astype(np.int32 if keys.size < 2**31 else np.int64), shift, width)
+
+    def __len__(self) -> int:
+        return int(self.keys.size)
+
+    def find(self, query: np.ndarray) -> np.ndarray:
+        """Position of each query key, -1 when absent."""
+        if not self.keys.size:
+            return np.full(query.size, -1, dtype=np.int64)
+        if self.width > _MAX_BUCKET_SCAN:  # keys that defeat the mix (not ids): plain binary search
+            position = np.minimum(np.searchsorted(self.keys, query), self.keys.size - 1)
+            return np.where(self.keys[position] == query, position, -1)
+        first = self.start[(query >> np.uint64(self.shift)).astype(np.int64)].astype(np.int64)
+        # compare each query with the largest bucket's worth of keys from its bucket's start, in one
+        # gather (no per-step loop: numpy's per-call overhead, not memory, dominates a 100-pair
+        # request). A key read past the bucket's end belongs to a later bucket, whose top bits differ
+        # from the query's, so it can never match: no per-query bound is needed.
+        slots = np.minimum(first[:, None] + np.arange(self.width), self.keys.size - 1)
+        match = self.keys[slots] == query[:, None]
+        return np.where(match.any(axis=1), first + match.argmax(axis=1), -1)
 
 
 @dataclass(frozen=True)
 class Tier:
-    """One tier's rows, sorted by a uint64 key for binary-search lookups (pairs keep both ids to
+    """One tier's rows, sorted by a uint64 key and found through a radix directory (pairs keep both ids to
     confirm a hit, so a hash collision can only cost a miss, never a wrong value). A tier keyed by
     one id holds it in ``users`` whether that id is a user (tiers 3, 4) or an item (tier 5)."""
 
-    keys: np.ndarray  # uint64, sorted
+    index: KeyIndex  # the rows' keys, sorted
     users: np.ndarray  # int64, in key order (the item id for the item tier)
     items: np.ndarray | None  # int64 in key order (pair tier) or None
     embeddings: np.ndarray  # float32 [n, D], in key order
@@ -94,7 +144,7 @@ class Tier:
         lookup = lookup[order]
         if lookup.size and (lookup[1:] == lookup[:-1]).any():
             raise ValueError("tier keys must be unique (latest row per key)")
-        return cls(lookup, users[order], None if items is None else items[order],
+        return cls(KeyIndex.build(lookup), users[order], None if items is None else items[order],
                    np.asarray(embeddings, dtype=np.float32)[order], _seconds(computed_at)[order],
                    _seconds(expires_at)[order])
 
@@ -104,23 +154,17 @@ class Tier:
         return cls.build(keys, np.zeros((0, dim), np.float32), np.empty(0), np.empty(0))
 
     def __len__(self) -> int:
-        return int(self.keys.size)
+        return len(self.index)
 
     def find(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
-        """Row of each query in this tier, -1 when absent."""
-        if not self.keys.size:
+        """Row of each query in this tier, -1 when absent (ids re-checked: a key collision costs a miss)."""
+        if not len(self.index):
             return np.full(users.size, -1, dtype=np.int64)
-        query = _key(users, items if self.items is not None else None)
-        # binary search in query order: sorted queries walk the key array monotonically (cache-friendly,
-        # and numpy narrows each search from the previous one), which matters for the k-fold
-        # neighbour-pair lookups
-        order = np.argsort(query, kind="stable")
-        position = np.empty(query.size, dtype=np.int64)
-        position[order] = np.searchsorted(self.keys, query[order])
-        position = np.minimum(position, self.keys.size - 1)
-        found = (self.keys[position] == query) & (self.users[position] == users)
+        position = self.index.find(_key(users, items if self.items is not None else None))
+        safe = np.maximum(position, 0)
+        found = (position >= 0) & (self.users[safe] == users)
         if self.items is not None:
-            found &= self.items[position] == items
+            found &= self.items[safe] == items
         return np.where(found, position, -1)
 
 
@@ -132,7 +176,8 @@ class Neighbors:
     is at least ``min_similarity``, and a pair is imputed only from at least ``min_neighbors`` of them.
     """
 
-    user_ids: np.ndarray  # int64 [n], sorted
+    user_ids: np.ndarray  # int64 [n], in index order
+    index: KeyIndex  # the users' keys
     neighbor_ids: np.ndarray  # int64 [n, k], -1 = no neighbour
     similarities: np.ndarray  # float32 [n, k]
     min_neighbors: int = 1
@@ -155,17 +200,53 @@ class Neighbors:
         sims = np.full((users.size, k), -np.inf, dtype=np.float32)
         ids[rows, columns] = np.asarray(flat_neighbor_ids, dtype=np.int64)[flat]
         sims[rows, columns] = np.asarray(flat_similarities, dtype=np.float32)[flat]
-        order = np.argsort(users, kind="stable")
-        if users.size and (np.diff(users[order]) == 0).any():
+        keys = _key(users, None)
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        if keys.size and (keys[1:] == keys[:-1]).any():
             raise ValueError("one neighbour row per user")
-        return cls(users[order], ids[order], sims[order], min_neighbors, min_similarity)
+        return cls(users[order], KeyIndex.build(keys), ids[order], sims[order], min_neighbors, min_similarity)
 
     def find(self, users: np.ndarray) -> np.ndarray:
         """Row of each user, -1 when the user has no neighbour row."""
-        if not self.user_ids.size:
+        if not len(self.index):
             return np.full(users.size, -1, dtype=np.int64)
-        position = np.minimum(np.searchsorted(self.user_ids, users), self.user_ids.size - 1)
-        return np.where(self.user_ids[position] == users, position, -1)
+        position = self.index.find(_key(users, None))
+        return np.where((position >= 0) & (self.user_ids[np.maximum(position, 0)] == users), position, -1)
+
+
+@dataclass(frozen=True)
+class UserRows:
+    """One lookup for every user-keyed table of a snapshot: a user's row in the user aggregates, the
+    imputed users and the neighbour graph (-1 where absent). Built once per snapshot, it turns three
+    lookups per request into one - at 100 pairs per request, numpy's per-call overhead is the cost."""
+
+    index: KeyIndex
+    user_ids: np.ndarray  # int64, in index order
+    rows: np.ndarray  # int64 [n, 3]: aggregate, imputed, graph row
+
+    @classmethod
+    def build(cls, aggregates: Tier, imputed: Tier, graph: Neighbors | None) -> "UserRows":
+        graph_users = graph.user_ids if graph is not None else np.empty(0, np.int64)
+        ids = np.unique(np.concatenate([aggregates.users, imputed.users, graph_users]))
+        keys = _key(ids, None)
+        order = np.argsort(keys, kind="stable")
+        ids, keys = ids[order], keys[order]
+        empty = np.empty(0, np.int64)
+        rows = np.stack([aggregates.find(ids, empty), imputed.find(ids, empty),
+                         graph.find(ids) if graph is not None else np.full(ids.size, -1, np.int64)], axis=1)
+        return cls(KeyIndex.build(keys), ids, rows)
+
+    def find(self, users: np.ndarray) -> np.ndarray:
+        """[n, 3] rows (aggregate, imputed, graph) of each user, -1 where absent."""
+        if not len(self.index):
+            return np.full((users.size, 3), -1, dtype=np.int64)
+        position = self.index.find(_key(users, None))
+        known = (position >= 0) & (self.user_ids[np.maximum(position, 0)] == users)
+        return np.where(known[:, None], self.rows[np.maximum(position, 0)], -1)
+
+
+_AGGREGATE_ROW, _IMPUTED_ROW, _GRAPH_ROW = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -180,42 +261,40 @@ class TierTables:
     snapshot_id: str = ""
     item_side: Tier | None = None
     neighbors: Neighbors | None = None
+    user_rows: UserRows = field(init=False, repr=False, compare=False)
 
-    def _tier(self, code: int) -> Tier | None:
-        return {TIER_PAIR: self.pairs, TIER_USER: self.users, TIER_IMPUTED: self.imputed,
-                TIER_ITEM: self.item_side}[code]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "user_rows", UserRows.build(self.users, self.imputed, self.neighbors))
 
     def _neighbor_pairs(
-        self, users: np.ndarray, items: np.ndarray, now_s: np.ndarray
+        self, graph_rows: np.ndarray, items: np.ndarray, now_s: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Tier 2 for the given requests -> (found mask, embeddings [m, D], age of the newest row used)."""
-        n = users.size
+        """Tier 2 for requests whose user has graph row ``graph_rows`` (>= 0) -> (found mask,
+        embeddings [m, D], age of the newest row used)."""
+        n = graph_rows.size
         found = np.zeros(n, dtype=bool)
         out = np.zeros((n, self.dim), dtype=np.float32)
         age = np.full(n, np.nan)
         graph = self.neighbors
         if graph is None or not n or len(self.pairs) == 0 or graph.neighbor_ids.shape[1] == 0:
             return found, out, age
-        row = graph.find(users)
-        asked = np.flatnonzero(row >= 0)
-        neighbours = graph.neighbor_ids[row[asked]]  # [m, k]
-        weights = graph.similarities[row[asked]].astype(np.float64)
+        neighbours = graph.neighbor_ids[graph_rows]  # [m, k]
+        weights = graph.similarities[graph_rows]
         k = neighbours.shape[1]
-        position = self.pairs.find(neighbours.ravel(), np.repeat(items[asked], k)).reshape(-1, k)
+        position = self.pairs.find(neighbours.ravel(), np.repeat(items, k)).reshape(-1, k)
         safe = np.maximum(position, 0)
         usable = ((position >= 0) & (neighbours >= 0) & (weights >= graph.min_similarity) & (weights > 0)
-                  & (np.repeat(now_s[asked], k).reshape(-1, k) < self.pairs.expires_at[safe]))
+                  & (now_s[:, None] < self.pairs.expires_at[safe]))
         enough = usable.sum(axis=1) >= graph.min_neighbors
         if not enough.any():
             return found, out, age
-        w = np.where(usable, weights, 0.0)[enough]
-        vectors = self.pairs.embeddings[safe[enough]].astype(np.float64)  # [m', k, D]
-        mean = (w[:, :, None] * vectors).sum(axis=1) / w.sum(axis=1, keepdims=True)
+        w = np.where(usable, weights, np.float32(0))[enough]
+        vectors = self.pairs.embeddings[safe[enough]]  # [m', k, D] float32
+        mean = np.einsum("mk,mkd->md", w, vectors) / w.sum(axis=1, keepdims=True)
         newest = np.where(usable[enough], self.pairs.computed_at[safe[enough]], -np.inf).max(axis=1)
-        target = asked[enough]
-        found[target] = True
-        out[target] = mean.astype(np.float32)
-        age[target] = now_s[target] - newest
+        found[enough] = True
+        out[enough] = mean
+        age[enough] = now_s[enough] - newest
         return found, out, age
 
     def resolve(
@@ -235,26 +314,37 @@ class TierTables:
         out = np.zeros((n, self.dim), dtype=np.float32)
         tier = np.zeros(n, dtype=np.int8)
         age = np.full(n, np.nan, dtype=np.float64)
+        user_rows = self.user_rows.find(users)
+        open_ = np.arange(n)  # requests not served yet, shrinking tier by tier
         for code in SERVING_ORDER:
-            open_rows = tier == TIER_NONE
+            if not open_.size:
+                break
             if code == TIER_NEIGHBOR_PAIR:
-                asked = np.flatnonzero(open_rows)
-                found, vectors, ages = self._neighbor_pairs(users[asked], items[asked], now_s[asked])
-                out[asked[found]], tier[asked[found]], age[asked[found]] = vectors[found], code, ages[found]
+                graph_rows = user_rows[open_, _GRAPH_ROW]
+                asked = open_[graph_rows >= 0]
+                found, vectors, ages = self._neighbor_pairs(graph_rows[graph_rows >= 0], items[asked], now_s[asked])
+                target = asked[found]
+                out[target], tier[target], age[target] = vectors[found], code, ages[found]
+                open_ = open_[tier[open_] == TIER_NONE]
                 continue
-            table = self._tier(code)
-            if table is None or not open_rows.any() or len(table) == 0:
+            table = {TIER_PAIR: self.pairs, TIER_USER: self.users, TIER_IMPUTED: self.imputed,
+                     TIER_ITEM: self.item_side}[code]
+            if table is None or len(table) == 0:
                 continue
-            position = table.find(items, items) if code == TIER_ITEM else table.find(users, items)
-            servable = open_rows & (position >= 0)
-            rows = position[servable]
-            candidates = np.flatnonzero(servable)
-            fresh = now_s[candidates] < table.expires_at[rows]  # expired values are never served
-            target = candidates[fresh]
-            rows = rows[fresh]
+            if code == TIER_USER or code == TIER_IMPUTED:
+                position = user_rows[open_, _AGGREGATE_ROW if code == TIER_USER else _IMPUTED_ROW]
+            elif code == TIER_ITEM:
+                position = table.find(items[open_], items[open_])
+            else:
+                position = table.find(users[open_], items[open_])
+            safe = np.maximum(position, 0)
+            # expired values are never served
+            serve = (position >= 0) & (now_s[open_] < table.expires_at[safe])
+            target, rows = open_[serve], position[serve]
             out[target] = table.embeddings[rows]
             tier[target] = code
             age[target] = now_s[target] - table.computed_at[rows]
+            open_ = open_[~serve]
         return out, tier, age
 
 

@@ -11,6 +11,7 @@ from solaris.serving.resolver import (
     TIER_NONE,
     TIER_PAIR,
     TIER_USER,
+    KeyIndex,
     Neighbors,
     Resolver,
     Tier,
@@ -185,3 +186,38 @@ def test_lookup_matches_a_dictionary_on_random_60_bit_ids():
             assert tier[k] == TIER_NONE and not emb[k].any()
         else:
             assert tier[k] == TIER_PAIR and np.array_equal(emb[k], embeddings[row])
+
+
+def test_key_index_finds_every_key_even_in_crowded_buckets():
+    """The radix directory walks a whole bucket: keys sharing their top bits (one crowded bucket)
+    are all found, and absent keys between, before and after them are not."""
+    rng = np.random.default_rng(3)
+    spread = np.sort(np.unique(rng.integers(0, 2**63, 2000, dtype=np.int64).astype(np.uint64) * np.uint64(2)))
+    crowded = np.uint64(2**62) + np.arange(0, 40, 2, dtype=np.uint64)  # 20 keys in one bucket
+    keys = np.unique(np.concatenate([spread, crowded]))
+    index = KeyIndex.build(keys)
+    np.testing.assert_array_equal(index.find(keys), np.arange(keys.size))
+    absent = np.concatenate([crowded + np.uint64(1), spread + np.uint64(1), [np.uint64(0), np.uint64(2**64 - 1)]])
+    assert (index.find(absent) == -1).all()
+
+
+def test_user_keyed_tiers_match_a_dictionary_on_random_60_bit_ids():
+    rng = np.random.default_rng(11)
+    t = NOW.timestamp()
+    aggregate_users, imputed_users = rng.integers(0, 2**60, 1000), rng.integers(0, 2**60, 1000)
+    tables = TierTables(1, Tier.empty(1, True),
+                        Tier.build([aggregate_users], np.ones((1000, 1)), np.full(1000, t), np.full(1000, t + H)),
+                        Tier.build([imputed_users], np.full((1000, 1), 2.0), np.full(1000, t), np.full(1000, t + H)))
+    queries = np.concatenate([aggregate_users[:300], imputed_users[:300], rng.integers(0, 2**60, 300)])
+    _, tier, _ = tables.resolve(queries, np.zeros(queries.size, np.int64), NOW)
+    expected = np.where(np.isin(queries, aggregate_users), TIER_USER,
+                        np.where(np.isin(queries, imputed_users), TIER_IMPUTED, TIER_NONE))
+    np.testing.assert_array_equal(tier, expected)
+
+
+def test_key_index_falls_back_to_binary_search_when_one_bucket_holds_everything():
+    keys = np.uint64(2**62) + np.arange(0, 400, 2, dtype=np.uint64)  # 200 keys, one bucket
+    index = KeyIndex.build(keys)
+    assert index.width > 64
+    np.testing.assert_array_equal(index.find(keys), np.arange(keys.size))
+    assert (index.find(keys + np.uint64(1)) == -1).all()
