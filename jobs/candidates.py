@@ -89,9 +89,11 @@ def save_speculator(config: SolarisConfig, speculator: Speculator) -> Path:
     return folder
 
 
-def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> DataFrame:
+def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
+                    users: DataFrame | None = None) -> DataFrame:
     """The retrieval source: per active user, the top ``source_items`` unengaged items by inner
-    product of FM user vectors with item vectors (mean vector of an item's recent engagers)."""
+    product of FM user vectors with item vectors (mean vector of an item's recent engagers).
+    ``users`` (a ``user_id`` frame): only they are queried (the fast lane)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -113,6 +115,8 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime)
     events = visible_events(spark, config, as_of)
     window = events.where(F.col("ts") > F.lit(as_of - timedelta(days=rules.retrieval_days)))
     active = events.where(F.col("ts") > F.lit(as_of - timedelta(hours=rules.lookback_hours))).select("user_id")
+    if users is not None:
+        active = active.join(users.select("user_id"), "user_id", "left_semi")
     users = window.select("user_id").union(active).distinct()
     representer = make_user_representer(str(fm_dir), dim, config.model.history_length, int(as_of.timestamp()),
                                         config.precompute.model_batch_size, config.precompute.torch_threads)
@@ -139,9 +143,12 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime)
 
 
 def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
-                  speculator: Speculator | None) -> str:
+                  speculator: Speculator | None, users: DataFrame | None = None) -> str:
     """Register the views of sql/candidates.sql (``source_parts``, ``features``, ``candidate_pairs``...)
-    for events <= as_of and return its final statement (per-user cap and global budget)."""
+    for events <= as_of and return its final statement (per-user cap and global budget).
+
+    ``users`` (a ``user_id`` frame): speculate for them only (the fast lane); None: every active user.
+    """
     from solaris.precompute.spark_features import visible_events
     from solaris.precompute.speculation import candidate_params
     from solaris.storage.sql import render, statements
@@ -152,19 +159,23 @@ def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     blend = speculator.blend if speculator is not None and rules.blend == "learned" else None
     request = speculator.request if speculator is not None else None
     visible_events(spark, config, as_of).createOrReplaceTempView("events")
-    retrieval_parts(spark, config, as_of).createOrReplaceTempView("retrieval_parts")
-    *views, final = statements(render("candidates", **candidate_params(rules, as_of, blend, request)))
+    lane = users.select("user_id") if users is not None else spark.createDataFrame([], "user_id long")
+    lane.createOrReplaceTempView("lane_users")  # the SQL names it either way; read only when restricted
+    retrieval_parts(spark, config, as_of, users).createOrReplaceTempView("retrieval_parts")
+    params = candidate_params(rules, as_of, blend, request, restrict_users=users is not None)
+    *views, final = statements(render("candidates", **params))
     for statement in views:
         spark.sql(statement)
     return final
 
 
 def build_candidates(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str,
-                     speculator: Speculator | None = None) -> DataFrame:
-    """DataFrame of this run's candidates (contract columns), computed from events <= as_of."""
+                     speculator: Speculator | None = None, users: DataFrame | None = None) -> DataFrame:
+    """DataFrame of this run's candidates (contract columns), computed from events <= as_of
+    (for ``users`` only when given)."""
     from pyspark.sql import functions as F
 
-    final = prepare_views(spark, config, as_of, speculator)
+    final = prepare_views(spark, config, as_of, speculator, users)
     horizon_end = as_of + timedelta(hours=config.precompute.horizon_hours)
     return spark.sql(final).select(
         F.lit(run_id).alias("run_id"), "user_id", "item_id", "source", "spec_score", "request_score",
@@ -174,7 +185,10 @@ def build_candidates(spark: SparkSession, config: SolarisConfig, as_of: datetime
     )
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> CandidatesResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str,
+        users: DataFrame | None = None) -> CandidatesResult:
+    """Speculate and replace this run's rows; ``users`` (a ``user_id`` frame) restricts it to them
+    (the fast lane: same sources, blend and caps, fewer users)."""
     from pyspark.sql import functions as F
 
     from solaris.storage.tables import RunRecord, replace_where, table_version
@@ -183,7 +197,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     speculator = load_speculator(config, as_of)
     learned = speculator is not None and config.precompute.candidates.blend == "learned"
     blend = f"learned {speculator.version}" if learned and speculator is not None else "hand"
-    frame = build_candidates(spark, config, as_of, run_id, speculator)
+    frame = build_candidates(spark, config, as_of, run_id, speculator, users)
     path = config.table_path("candidates")
     replace_where(frame, path, f"run_id = '{run_id}'", partition_by=["run_date"])
     written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id)

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "impute": ("solaris.jobs.impute", "tier 4: impute users without an aggregate from their neighbours"),
     "item-aggregates": ("solaris.jobs.item_aggregates", "tier 5: 24 h mean of each item's pair embeddings"),
     "publish": ("solaris.jobs.publish", "quality gate, then an atomic snapshot manifest for the resolver"),
+    "fast-lane": ("solaris.jobs.fast_lane", "sub-hourly candidates, score, publish for sessions new since the hour"),
     "rollback": ("solaris.jobs.rollback", "list snapshots, or point serving's LATEST at an earlier one"),
     "replay": ("solaris.jobs.replay", "replay the hourly precompute over a time range (backfills, demo)"),
     "evaluate": ("solaris.jobs.evaluate", "knowledge-transfer evaluation: replay, every VM variant, report"),

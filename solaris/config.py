@@ -314,6 +314,29 @@ class EvaluationConfig(_Strict):
                      for v in values)
 
 
+class FastLaneConfig(_Strict):
+    """The sub-hourly fast lane (``solaris fast-lane``, DAG ``solaris_fast_lane``) for new sessions.
+
+    Why: users rate in bursts, and a user whose first events (or first after a long absence) arrive
+    after the hourly run gets nothing but the item tier until the next hour. Every
+    ``interval_minutes`` the fast lane picks the users with an event in the last
+    ``lookback_minutes`` and none in the ``absence_hours`` before that window, and runs candidates
+    -> score -> publish for them only, within the ``max_users`` and ``per_user`` budgets.
+    """
+
+    interval_minutes: int = Field(15, ge=1, le=30)  # schedule: every interval past the hour (the hourly owns :00)
+    lookback_minutes: int = Field(15, ge=1)  # a fast-lane user has >= 1 event in (as_of - lookback, as_of]
+    absence_hours: float = Field(168, gt=0)  # ...and none in the absence_hours before that window
+    max_users: int = Field(2000, ge=1)  # users per run (most events in the window first)
+    per_user: int = Field(50, ge=1)  # candidates per fast-lane user (precompute.candidates.per_user for the lane)
+
+    @model_validator(mode="after")
+    def _divides_the_hour(self) -> "FastLaneConfig":
+        if 60 % self.interval_minutes:
+            raise ValueError("interval_minutes must divide 60 (the lane runs at fixed minutes past each hour)")
+        return self
+
+
 class SolarisConfig(_Strict):
     warehouse: Path = Path("warehouse")
     seed: int = 42
@@ -325,6 +348,7 @@ class SolarisConfig(_Strict):
     precompute: PrecomputeConfig = PrecomputeConfig()
     enrichment: EnrichmentConfig = EnrichmentConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
+    fast_lane: FastLaneConfig = FastLaneConfig()
 
     def table_path(self, name: str) -> str:
         """Absolute path of a Delta table given its logical name (a field of ``tables``)."""

@@ -49,6 +49,27 @@ HOURLY_DEFAULT_ARGS = {
 }
 
 
+# The fast lane runs every few minutes: one quick retry, never piling up behind a slow run.
+FAST_LANE_DEFAULT_ARGS = {
+    "retries": 1,
+    "retry_delay": timedelta(minutes=1),
+}
+
+
+def fast_lane_schedule(interval_minutes: int | None = None) -> str:
+    """Cron of the fast-lane DAG: every ``interval_minutes`` past each hour except :00.
+
+    Why not :00: the hourly precompute runs then and publishes ``snapshot-<hour>``; a fast-lane
+    run there would race it for the same snapshot id and speculate for users the hour covers.
+    ``None``: ``fast_lane.interval_minutes`` of the loaded config (one source of defaults).
+    """
+    interval = load_config().fast_lane.interval_minutes if interval_minutes is None else interval_minutes
+    if interval < 1 or 60 % interval:
+        raise ValueError(f"fast_lane.interval_minutes must divide 60, got {interval}")
+    minutes = ",".join(str(minute) for minute in range(interval, 60, interval))
+    return f"{minutes} * * * *"
+
+
 def config_value(config: Any, dotted: str) -> Any:
     """``config_value(config, "precompute.ttl_hours")`` -> ``config.precompute.ttl_hours``."""
     value = config

@@ -19,8 +19,11 @@
 CREATE OR REPLACE TEMP VIEW past_events AS
 SELECT user_id, item_id, ts FROM events WHERE ts <= {as_of};
 
+-- The fast lane (jobs/fast_lane.py) speculates for its users only (view `lane_users`, filled by
+-- jobs/candidates.py): every per-user view below joins active_users, so they all shrink with it.
 CREATE OR REPLACE TEMP VIEW active_users AS
-SELECT DISTINCT user_id FROM past_events WHERE ts > {lookback_start};
+SELECT DISTINCT user_id FROM past_events
+WHERE ts > {lookback_start} AND (NOT {restrict_users} OR user_id IN (SELECT user_id FROM lane_users));
 
 -- Why activity features: ML-1M users engage in bursts, so who asks next hour is mostly who is asking now.
 CREATE OR REPLACE TEMP VIEW user_activity AS

@@ -88,8 +88,11 @@ def hand_blend(config: CandidateConfig) -> LinearModel:
 
 
 def candidate_params(config: CandidateConfig, as_of: datetime, blend: LinearModel | None = None,
-                     request: LinearModel | None = None) -> dict:
-    """Parameters of sql/candidates.sql: window starts as timestamps, source switches, the two models."""
+                     request: LinearModel | None = None, restrict_users: bool = False) -> dict:
+    """Parameters of sql/candidates.sql: window starts as timestamps, source switches, the two models.
+
+    ``restrict_users``: only the users of the ``lane_users`` view get candidates (the fast lane).
+    """
     hours = lambda value: timedelta(hours=value)  # noqa: E731
     blend = blend or hand_blend(config)
     return {
@@ -114,6 +117,7 @@ def candidate_params(config: CandidateConfig, as_of: datetime, blend: LinearMode
         **(request or LinearModel(0.0, {})).sql_params("request"),
         "per_user": config.per_user,
         "budget": config.budget,
+        "restrict_users": restrict_users,
     }
 
 
