@@ -24,7 +24,8 @@ def dagbag():
 
 def test_no_import_errors_and_expected_dags(dagbag):
     assert dagbag.import_errors == {}
-    assert {"solaris_precompute", "solaris_enrichment", "solaris_models", "solaris_replay"} <= set(dagbag.dags)
+    assert {"solaris_precompute", "solaris_enrichment", "solaris_models", "solaris_replay",
+            "solaris_fast_lane"} <= set(dagbag.dags)
 
 
 def test_every_dag_is_documented_tagged_and_retried(dagbag):
@@ -119,3 +120,27 @@ def test_each_hourly_dag_runs_exactly_the_pipeline_definition(dagbag, dag_id, ha
     for stage in stages:
         assert set(stage.upstream) <= seen, stage.name
         seen.add(stage.name)
+
+
+def test_fast_lane_runs_between_the_hourly_runs_as_one_spark_task(dagbag):
+    """Every interval past the hour but never on it, never overlapping, one spark-submit of jobs/fast_lane.py."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    from solaris.config import load_config
+    from solaris.orchestration import fast_lane_schedule
+
+    dag = dagbag.dags["solaris_fast_lane"]
+    assert dag.max_active_runs == 1 and not dag.catchup
+    expected = fast_lane_schedule(load_config().fast_lane.interval_minutes)
+    assert dag.timetable.expression == expected == "15,30,45 * * * *"
+    (task,) = dag.tasks
+    assert task.task_type == "SparkSubmitOperator" and Path(task.application).stem == "fast_lane"
+    assert list(task.application_args)[0] == "--as-of"
+    assert {name: key for name, (key, _) in task.application_args.overrides.items()} == {
+        "max_users": "fast_lane.max_users", "lookback_minutes": "fast_lane.lookback_minutes",
+        "absence_hours": "fast_lane.absence_hours"}
+    dag.params.validate()
+    assert dag.params.get_param("max_users").value == load_config().fast_lane.max_users
+    for key, bad in (("max_users", 0), ("lookback_minutes", 0), ("absence_hours", 0), ("as_of", "soon")):
+        with pytest.raises(ParamValidationError):
+            dag.params.get_param(key).resolve(bad)
