@@ -90,10 +90,10 @@ def save_speculator(config: SolarisConfig, speculator: Speculator) -> Path:
 
 
 def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
-                    users: DataFrame | None = None) -> DataFrame:
+                    only_users: DataFrame | None = None) -> DataFrame:
     """The retrieval source: per active user, the top ``source_items`` unengaged items by inner
     product of FM user vectors with item vectors (mean vector of an item's recent engagers).
-    ``users`` (a ``user_id`` frame): only they are queried (the fast lane)."""
+    ``only_users`` (a ``user_id`` frame): only they are queried (the fast lane)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -115,8 +115,8 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     events = visible_events(spark, config, as_of)
     window = events.where(F.col("ts") > F.lit(as_of - timedelta(days=rules.retrieval_days)))
     active = events.where(F.col("ts") > F.lit(as_of - timedelta(hours=rules.lookback_hours))).select("user_id")
-    if users is not None:
-        active = active.join(users.select("user_id"), "user_id", "left_semi")
+    if only_users is not None:
+        active = active.join(only_users.select("user_id"), "user_id", "left_semi")
     users = window.select("user_id").union(active).distinct()
     representer = make_user_representer(str(fm_dir), dim, config.model.history_length, int(as_of.timestamp()),
                                         config.precompute.model_batch_size, config.precompute.torch_threads)
