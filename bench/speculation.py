@@ -123,6 +123,43 @@ def measure_tick(spark, config, tick, sets):
     return per_stratum, hits, sizes
 
 
+def report(n_ticks, requests, requesters, hits, written, passes) -> None:
+    """Print the tables over the ticks measured so far (called after every tick: a run stopped early
+    still leaves its figures in the log)."""
+    prior = ("1-20", ">20")
+    n_prior = sum(requests[s] for s in prior)
+    print(f"\nrequests in (t, t+1h] over {n_ticks} ticks: " + ", ".join(
+        f"{s}: {requests[s]} ({requesters[s]} requester-ticks)" for s in STRATA))
+    names = sorted({key[0] for key in hits}, key=lambda n: (n.startswith("written"), n != "today's rules", n))
+    header = f"{'set':<16} {'stratum':<8} " + " ".join(f"{'@' + str(b):>7}" for b in BUDGETS)
+    print("\nhit rate (share of requests whose pair is among the user's first B pairs of the set)")
+    print(header)
+    for name in names:
+        for stratum in (*STRATA, ">=1"):
+            members = prior if stratum == ">=1" else (stratum,)
+            denominator = sum(requests[s] for s in members)
+            if not denominator:
+                continue
+            cells = [sum(hits[(name, s, b)] for s in members) / denominator for b in BUDGETS]
+            print(f"{name:<16} {stratum:<8} " + " ".join(f"{100 * c:6.1f}%" for c in cells))
+    print("\nwritten sets (new: request verifier, top_k_per_user; today: relevance >= 0.5, top 20)")
+    print(f"{'set':<16} {'pairs':>8} {'per user':>9} {'hit >=1':>8} {'precision':>10} {'FM passes':>10} "
+          f"{'passes/hit':>11}")
+    summary = {}
+    for name in ("written (today)", "written (new)"):
+        pairs, asked, users = written[name]
+        hit = sum(hits[(name, s, BUDGETS[-1])] for s in prior)
+        per_hit = passes[name] / hit if hit else float("inf")
+        summary[name] = (hit / n_prior if n_prior else 0.0, per_hit)
+        print(f"{name:<16} {pairs:>8} {pairs / max(users, 1):>9.1f} {100 * hit / max(n_prior, 1):>7.1f}% "
+              f"{100 * asked / max(pairs, 1):>9.1f}% {passes[name]:>10} {per_hit:>11.1f}")
+    (new_hit, new_cost), (old_hit, old_cost) = summary["written (new)"], summary["written (today)"]
+    print(f"\nacceptance: written hit rate (>=1 prior event) {100 * new_hit:.1f}% (target >= 25%), "
+          f"{new_hit / old_hit if old_hit else float('inf'):.2f}x today's {100 * old_hit:.1f}% (target >= 2.5x); "
+          f"FM passes per covered request {new_cost:.1f} vs {old_cost:.1f} = "
+          f"{new_cost / old_cost if old_cost else float('nan'):.2f} (target <= 0.25)")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from solaris.config import load_config
@@ -178,39 +215,12 @@ def main(argv: list[str] | None = None) -> None:
             passes[name] += n
         print(f"tick {number + 1}/{len(ticks)} {tick:%Y-%m-%d %H}h: {sum(n for n, _ in per_stratum.values())} requests "
               f"({time.perf_counter() - tick_started:.0f} s)", flush=True)
+        if number + 1 < len(ticks):
+            print(f"--- after {number + 1} of {len(ticks)} ticks ---")
+            report(number + 1, requests, requesters, hits, written, passes)
+            print("---", flush=True)
 
-    prior = ("1-20", ">20")
-    n_prior = sum(requests[s] for s in prior)
-    print(f"\nrequests in (t, t+1h] over {len(ticks)} ticks: " + ", ".join(
-        f"{s}: {requests[s]} ({requesters[s]} requester-ticks)" for s in STRATA))
-    names = sorted({key[0] for key in hits}, key=lambda n: (n.startswith("written"), n != "today's rules", n))
-    header = f"{'set':<16} {'stratum':<8} " + " ".join(f"{'@' + str(b):>7}" for b in BUDGETS)
-    print("\nhit rate (share of requests whose pair is among the user's first B pairs of the set)")
-    print(header)
-    for name in names:
-        for stratum in (*STRATA, ">=1"):
-            members = prior if stratum == ">=1" else (stratum,)
-            denominator = sum(requests[s] for s in members)
-            if not denominator:
-                continue
-            cells = [sum(hits[(name, s, b)] for s in members) / denominator for b in BUDGETS]
-            print(f"{name:<16} {stratum:<8} " + " ".join(f"{100 * c:6.1f}%" for c in cells))
-    print("\nwritten sets (new: request verifier, top_k_per_user; today: relevance >= 0.5, top 20)")
-    print(f"{'set':<16} {'pairs':>8} {'per user':>9} {'hit >=1':>8} {'precision':>10} {'FM passes':>10} "
-          f"{'passes/hit':>11}")
-    summary = {}
-    for name in ("written (today)", "written (new)"):
-        pairs, asked, users = written[name]
-        hit = sum(hits[(name, s, BUDGETS[-1])] for s in prior)
-        per_hit = passes[name] / hit if hit else float("inf")
-        summary[name] = (hit / n_prior if n_prior else 0.0, per_hit)
-        print(f"{name:<16} {pairs:>8} {pairs / max(users, 1):>9.1f} {100 * hit / max(n_prior, 1):>7.1f}% "
-              f"{100 * asked / max(pairs, 1):>9.1f}% {passes[name]:>10} {per_hit:>11.1f}")
-    (new_hit, new_cost), (old_hit, old_cost) = summary["written (new)"], summary["written (today)"]
-    print(f"\nacceptance: written hit rate (>=1 prior event) {100 * new_hit:.1f}% (target >= 25%), "
-          f"{new_hit / old_hit if old_hit else float('inf'):.2f}x today's {100 * old_hit:.1f}% (target >= 2.5x); "
-          f"FM passes per covered request {new_cost:.1f} vs {old_cost:.1f} = "
-          f"{new_cost / old_cost if old_cost else float('nan'):.2f} (target <= 0.25)")
+    report(len(ticks), requests, requesters, hits, written, passes)
     print(f"bench wall time {time.perf_counter() - started:.0f} s at {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z")
 
 

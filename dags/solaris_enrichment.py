@@ -9,8 +9,9 @@ trigger). Fills the coverage gaps left by direct precompute, then publishes a sn
 2. **knn**: FAISS k-means centroids on a sample + per-cluster exact search over the FM's user
    representations; recall@k against exact search is logged and recorded in `runs`;
 3. **impute**: tier 4 for users without a servable aggregate, from their neighbours' aggregates;
-4. **item_aggregates**: tier 5, mean of each item's pair embeddings computed in the last 24 h (the
-   only tier that can serve a user with no history), in parallel with the user tiers;
+4. **item_aggregates**: tier 5, mean of each item's pair embeddings computed in the last 24 h, and
+   tier 6, the other items of the last week imputed from their nearest items in the FM's item space
+   (the tiers that serve a user with no history), in parallel with the user tiers;
 5. **publish**: quality gate (counts, finite values, dimension, coverage not collapsed), then an
    atomic manifest pinning the Delta versions the resolver loads. A refused snapshot fails the
    task and publishes nothing; serving keeps the previous one.

@@ -43,7 +43,9 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
+from solaris.evaluation.protocol import cumulative_key
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
+from solaris.tiers import SERVING_ORDER
 from solaris.timeutil import utc_stamp
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +63,8 @@ log = logging.getLogger("solaris.evaluate")
 
 END_OF_TIME = datetime(9999, 12, 31, tzinfo=timezone.utc)  # read every event (window choice needs them all)
 SCORED_FILE = "scored.npz"  # per seed: every variant's predictions on the scored requests (for the bootstrap)
+# coverage keys of tiers 1..k for every k, in serving order (solaris.evaluation.protocol.cumulative_key)
+_COVERAGE_KEYS = tuple(cumulative_key(k) for k in SERVING_ORDER)
 
 # CI-sized evaluation: few ticks, one epoch, two seeds (so mean ± std still means something).
 QUICK_OVERRIDES = [
@@ -624,12 +628,11 @@ def run(
                 result["cost"]["seed_wall_s"] = time.monotonic() - started
                 _save_seed(seed_dir, fingerprint, result, predictions)
                 log.info(
-                    "seed %d done in %.0fs: NE fm %.4f, vm %.4f, distilled %.4f, solaris all tiers %.4f; coverage "
-                    "tier1 %.1f%% / 1-2 %.1f%% / 1-3 %.1f%% / 1-4 %.1f%% / 1-5 %.1f%%",
+                    "seed %d done in %.0fs: NE fm %.4f, vm %.4f, distilled %.4f, solaris all tiers %.4f; coverage %s",
                     seed, result["cost"]["seed_wall_s"],
                     *(result["variants"][v]["ne"]
                       for v in ("fm", "vm_baseline", "vm_distilled", evaluation.SOLARIS_ALL)),
-                    *(100 * result["coverage"][k] for k in ("tiers1", "tiers1-2", "tiers1-3", "tiers1-4", "tiers1-5")),
+                    " / ".join(f"{key} {result['coverage'][key]:.1%}" for key in _COVERAGE_KEYS),
                 )
             results.append(result)
             per_seed_predictions.append(predictions)
@@ -688,11 +691,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<20} NE {interval_text(row, 4, signed=False)}  "
                   f"AUC {interval_text(pooled['auc'][name], 4, signed=False)}")
         cov = summary["coverage"]
-        print(
-            "coverage tier1 {:.1%}, tiers1-2 {:.1%}, tiers1-3 {:.1%}, tiers1-4 {:.1%}, tiers1-5 {:.1%}".format(
-                *(cov[k]["mean"] for k in ("tiers1", "tiers1-2", "tiers1-3", "tiers1-4", "tiers1-5"))
-            )
-        )
+        print("coverage " + ", ".join(f"{key} {cov[key]['mean']:.1%}" for key in _COVERAGE_KEYS))
         print("\n".join(verdict_lines(summary["intervals"])))
         print(f"report: {summary['output']}/report.md (metrics.json, *.png)")
 

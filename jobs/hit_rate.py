@@ -71,7 +71,7 @@ class CoverageResult:
 
     requests: int
     snapshot_id: str
-    shares: dict[str, float]  # tier1..tier5/none and cumulative_tier1..5 (resolver.coverage)
+    shares: dict[str, float]  # tier<k>/none and cumulative_tier<k> for every tier k (resolver.coverage)
 
     def cumulative(self, tier: int) -> float:
         """Share of requests served by tiers 1..``tier``."""
@@ -143,9 +143,8 @@ def coverage(
     RunRecord(run_id=run_id, job="coverage", as_of=as_of, rows_in=len(requests),
               details={"requests": len(requests), "snapshot": tables.snapshot_id, **result.shares}
               ).write(spark, config, "success")
-    log.info("coverage of %d requests in (%s, +1h] via %s: tier1 %.1f%%, <=2 %.1f%%, <=3 %.1f%%, <=4 %.1f%%, "
-             "<=5 %.1f%%", len(requests), as_of, tables.snapshot_id,
-             *(100 * result.cumulative(tier) for tier in SERVING_ORDER))
+    log.info("coverage of %d requests in (%s, +1h] via %s: %s", len(requests), as_of, tables.snapshot_id,
+             ", ".join(f"<={tier} {100 * result.cumulative(tier):.1f}%" for tier in SERVING_ORDER))
     return result
 
 

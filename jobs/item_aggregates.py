@@ -1,4 +1,5 @@
-"""Item tier: per-item mean of the pair embeddings computed in the last window (default 24 h).
+"""Item tiers: per-item mean of the pair embeddings computed in the last window (tier 5, default
+24 h), and for the other recently engaged items, imputation from the FM's item space (tier 6).
 
 Why: tiers 1-3 are keyed by the requesting user, so a user with no event before the snapshot (the
 first hour of an onboarding burst) is served nothing. The item's own mean interaction embedding is
@@ -10,7 +11,17 @@ computed_at <= t`` (the latest row per pair, so a pair re-scored every hour is n
 averages each item's embeddings over the users it was scored for (the user tier's executor,
 ``jobs/user_aggregates.write_window_means``, keyed by item; items with fewer than
 ``enrichment.item_min_pairs`` finite pairs get no row), and MERGEs ``item_embeddings`` on ``item_id``
-with ``expires_at = t + enrichment.item_ttl_hours``. Rerunning the same run id changes nothing.
+with ``expires_at = t + enrichment.item_ttl_hours``.
+
+Tier 6: the items with an event in ``(t - enrichment.item_catalog_hours, t]`` and no servable
+aggregate at ``t`` borrow the similarity-weighted mean of the aggregates of their
+``enrichment.item_neighbors`` nearest items in the FM's item space
+(:func:`solaris.enrichment.items.impute_items`), MERGEd into ``imputed_item_embeddings`` on
+``item_id`` with the same TTL and provenance (``n_neighbors``, ``similarity``). Both sides are
+collected to the driver: they are the recently engaged catalogue (thousands to a few hundred
+thousand items), not the users or the pairs. ``item_neighbors: 0`` turns tier 6 off.
+
+Rerunning the same run id changes nothing.
 
     solaris item-aggregates --as-of 2000-12-01T03:00:00Z
 """
@@ -22,7 +33,7 @@ import logging
 import sys
 from dataclasses import asdict, dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from solaris.runtime import job_parser, run_stage
 
@@ -32,17 +43,78 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
     from solaris.config import SolarisConfig
+    from solaris.models.fm import FoundationModel
 
 log = logging.getLogger("solaris.item_aggregates")
 
 
 @dataclass(frozen=True)
 class ItemAggregatesResult:
-    """Items whose aggregate this run wrote, from how many pair embeddings, since when."""
+    """Items whose aggregate this run wrote, from how many pair embeddings, since when; items imputed."""
 
     items: int
     pairs: int
     window_start: str | None
+    imputed_items: int = 0
+
+
+# imputed_item_embeddings, column order and types
+IMPUTED_ITEM_SCHEMA = ("item_id long, embedding binary, n_neighbors int, similarity float, computed_at timestamp, "
+                       "expires_at timestamp, fm_version string, run_id string")
+
+
+def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: datetime,
+                         run_id: str) -> tuple[int, int | None]:
+    """Tier 6 at ``as_of``: write ``imputed_item_embeddings`` -> (rows this run wrote, table version)."""
+    import numpy as np
+    import pandas as pd
+    import torch
+    from pyspark.sql import functions as F
+
+    from solaris.enrichment.items import impute_items
+    from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
+    from solaris.precompute.spark_features import visible_events
+    from solaris.storage.embedding_codec import decode
+    from solaris.storage.tables import merge_if_new_run, table_exists, table_version
+
+    enrichment, dim = config.enrichment, config.model.embedding_dim
+    aggregates_path, path = config.table_path("item_embeddings"), config.table_path("imputed_item_embeddings")
+    if table_exists(spark, aggregates_path):
+        sources = (spark.read.format("delta").load(aggregates_path)
+                   .where((F.col("computed_at") <= F.lit(as_of)) & (F.col("expires_at") > F.lit(as_of)))
+                   .select("item_id", "embedding").toArrow())
+        source_ids = sources.column("item_id").to_numpy().astype(np.int64)
+        source_embeddings = decode(sources.column("embedding"), dim)
+    else:
+        source_ids, source_embeddings = np.empty(0, np.int64), np.empty((0, dim), np.float32)
+    catalog_start = as_of - timedelta(hours=enrichment.item_catalog_hours)
+    engaged = (visible_events(spark, config, as_of).where(F.col("ts") > F.lit(catalog_start))
+               .select("item_id").distinct().toArrow().column("item_id").to_numpy().astype(np.int64))
+    targets = np.setdiff1d(engaged, source_ids)
+    fm_dir = resolve_checkpoint(config.resolve_under_warehouse(config.precompute.fm_checkpoint))
+    fm, fm_meta = load_checkpoint(fm_dir, "fm", dim)
+    item_space = cast("FoundationModel", fm).item_emb
+    with torch.no_grad():
+        def fm_vectors(ids: np.ndarray) -> np.ndarray:
+            return item_space(torch.as_tensor(ids, dtype=torch.long)).numpy().astype(np.float32)
+
+        imputed = impute_items(targets, fm_vectors(targets), source_ids, fm_vectors(source_ids),
+                               source_embeddings, enrichment.item_neighbors,
+                               enrichment.item_neighbor_min_similarity)
+    rows = pd.DataFrame({
+        "item_id": imputed.item_ids,
+        "embedding": [vector.astype("<f4").tobytes() for vector in imputed.embeddings],
+        "n_neighbors": imputed.n_neighbors,
+        "similarity": imputed.similarity,
+        "computed_at": pd.Timestamp(as_of),
+        "expires_at": pd.Timestamp(as_of + timedelta(hours=enrichment.item_ttl_hours)),
+        "fm_version": str(fm_meta["version"]),
+        "run_id": run_id,
+    })
+    merge_if_new_run(spark.createDataFrame(rows, IMPUTED_ITEM_SCHEMA), path, keys=["item_id"])
+    log.info("imputed items at %s: %d of %d engaged items without an aggregate (from %d aggregates)",
+             as_of, imputed.item_ids.size, targets.size, source_ids.size)
+    return int(imputed.item_ids.size), table_version(spark, path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,9 +136,14 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     means = write_window_means(spark, config, as_of, run_id, key="item_id", table="item_embeddings",
                                window_hours=enrichment.item_window_hours, ttl_hours=enrichment.item_ttl_hours,
                                min_pairs=enrichment.item_min_pairs)
-    result = ItemAggregatesResult(items=means.keys, pairs=means.pairs, window_start=window_start.isoformat())
-    record.rows_out, record.rows_in = means.keys, means.pairs
     record.table_versions = {"item_embeddings": means.version}
+    imputed = 0
+    if enrichment.item_neighbors > 0:
+        imputed, version = impute_missing_items(spark, config, as_of, run_id)
+        record.table_versions["imputed_item_embeddings"] = version
+    result = ItemAggregatesResult(items=means.keys, pairs=means.pairs, window_start=window_start.isoformat(),
+                                  imputed_items=imputed)
+    record.rows_out, record.rows_in = means.keys + imputed, means.pairs
     record.details = asdict(result)
     record.write(spark, config, "success")
     log.info("item aggregates at %s: %d items from %d pair embeddings computed since %s",
@@ -78,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "item-aggregates", "enrichment",
         run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
-        report=lambda config, result: f"item_embeddings: {config.table_path('item_embeddings')} items={result.items}",
+        report=lambda config, result: (f"item_embeddings: {config.table_path('item_embeddings')} items={result.items}; "
+                                       f"imputed_item_embeddings: imputed={result.imputed_items}"),
     )
 
 

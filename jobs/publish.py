@@ -1,9 +1,9 @@
 """Publish a serving snapshot: quality gate, then an atomic manifest pinning Delta versions.
 
 At ``--as-of t``: counts the servable rows (``expires_at > t``) of ``pair_embeddings``,
-``user_embeddings``, ``imputed_embeddings`` and ``item_embeddings``, checks every embedding is
-finite and of the configured dimension, and measures coverage (share of known users with a
-servable user-keyed tier; the item tier serves any user, so it is counted in rows, not users). A
+``user_embeddings``, ``imputed_embeddings``, ``item_embeddings`` and ``imputed_item_embeddings``,
+checks every embedding is finite and of the configured dimension, and measures coverage (share of known users with a
+servable user-keyed tier; the item tiers serve any user, so they are counted in rows, not users). A
 snapshot with a failed check, or whose coverage fell by more than ``coverage_tolerance`` against
 the previous one, is refused: nothing is published and the reasons are logged and recorded in
 ``runs``. Otherwise the manifest (``warehouse/snapshots/<id>.json``) and ``LATEST`` are written
@@ -33,7 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("solaris.publish")
 
-EMBEDDING_TABLES = ("pair_embeddings", "user_embeddings", "imputed_embeddings", "item_embeddings")
+EMBEDDING_TABLES = ("pair_embeddings", "user_embeddings", "imputed_embeddings", "item_embeddings",
+                    "imputed_item_embeddings")
 USER_KEYED_TABLES = ("pair_embeddings", "user_embeddings", "imputed_embeddings")
 
 

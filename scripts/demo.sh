@@ -21,6 +21,7 @@ grep -oE "INFO solaris\.(ingest|train_fm|train_vm|candidates|score|hit_rate|expi
 
 python - "$SOLARIS_WAREHOUSE" "$AIRFLOW_HOME" <<'PY'
 import json, sqlite3, sys
+from solaris.tiers import SERVING_ORDER
 from deltalake import DeltaTable
 root, airflow_home = sys.argv[1], sys.argv[2]
 db = sqlite3.connect(f"{airflow_home}/airflow.db")
@@ -38,15 +39,15 @@ for as_of in sorted(hits.index):
     c = json.loads(served.loc[as_of, "details"]) if as_of in served.index else {}
     print(f"  {as_of:%Y-%m-%d %H:%M}Z  {h['candidates']} candidates, {h['verified']} verified | "
           f"{h['requests']} requests: hit {rate(h['candidates_hit_rate'])} / {rate(h['verified_hit_rate'])} | "
-          f"coverage tier1 {rate(c.get('cumulative_tier1'))}, tiers1-2 {rate(c.get('cumulative_tier2'))}, "
-          f"tiers1-3 {rate(c.get('cumulative_tier3'))}, tiers1-4 {rate(c.get('cumulative_tier4'))}, "
-          f"tiers1-5 {rate(c.get('cumulative_tier5'))}")
+          "coverage " + ", ".join(f"{'tier1' if k == 1 else f'tiers1-{k}'} {rate(c.get(f'cumulative_tier{k}'))}"
+                                  for k in SERVING_ORDER))
 knn = runs[runs.job == "knn"].sort_values("as_of")
 if len(knn):
     d = json.loads(knn.iloc[-1].details)
     k = d["k"]
     print(f"  KNN: {d['users']} users, {d['clusters']} clusters, recall@{k} vs exact {d['recall_at_' + str(k)]:.3f}")
 for name in ("events", "candidates", "pair_embeddings", "user_embeddings", "imputed_embeddings", "item_embeddings",
+             "imputed_item_embeddings",
              "user_neighbors", "quarantine", "runs"):
     table = DeltaTable(f"{root}/{name}")
     print(f"{name:<16}: {root}/{name}  (Delta version {table.version()}, {table.to_pyarrow_dataset().count_rows()} rows)")

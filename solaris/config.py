@@ -70,6 +70,7 @@ class TablesConfig(_Strict):
     user_neighbors: str = "user_neighbors"
     imputed_embeddings: str = "imputed_embeddings"
     item_embeddings: str = "item_embeddings"
+    imputed_item_embeddings: str = "imputed_item_embeddings"
     quarantine: str = "quarantine"
     runs: str = "runs"
 
@@ -256,8 +257,8 @@ class PrecomputeConfig(_Strict):
 
 
 class EnrichmentConfig(_Strict):
-    """Tiers 2-5: neighbour pairs, user aggregates over a window, KNN over FM user representations, imputation,
-    item aggregates."""
+    """Tiers 2-6: neighbour pairs, user aggregates over a window, KNN over FM user representations, imputation,
+    item aggregates and their imputation from the FM's item space."""
 
     window_hours: float = Field(24, gt=0)  # user aggregate = mean of pair embeddings computed in this window
     aggregation: str = Field("mean", pattern="^(mean|recency)$")
@@ -280,6 +281,9 @@ class EnrichmentConfig(_Strict):
     item_window_hours: float = Field(24, gt=0)  # item tier = mean of the item's pair embeddings computed in this window
     item_ttl_hours: float = Field(6, gt=0)  # expires_at of item aggregates
     item_min_pairs: int = Field(2, ge=1)  # an item aggregate needs this many users' pair embeddings
+    item_neighbors: int = Field(10, ge=0)  # tier 6: impute an item from this many nearest items (FM item space); 0: off
+    item_neighbor_min_similarity: float = Field(0.0, ge=0, le=1)  # nearest items below this cosine are ignored
+    item_catalog_hours: float = Field(168, gt=0)  # items imputed = items with an event in this window before as_of
     snapshots_kept: int = Field(24, ge=1)
     coverage_tolerance: float = Field(0.5, ge=0, le=1)  # refuse a snapshot whose coverage fell by more than this share
 

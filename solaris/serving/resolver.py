@@ -2,7 +2,8 @@
 
 ``resolve(user_ids, item_ids, now)`` returns, for every request, the best *servable* value in tier
 order pair (1) -> neighbour pair (2) -> user aggregate (3) -> KNN-imputed user (4) -> item
-aggregate (5) -> none (0, zero vector), with its tier and age (codes in :mod:`solaris.tiers`).
+aggregate (5) -> item imputed from the FM's item space (6) -> none (0, zero vector), with its tier
+and age (codes in :mod:`solaris.tiers`).
 Tier 2 is computed here, at read time, from two pinned tables: for a missing pair (u, i), the
 similarity-weighted mean of the servable pair embeddings (v, i) of u's KNN neighbours v. Doing it
 at read time serves it for *any* requested item, where precomputing it would mean writing every
@@ -32,6 +33,7 @@ from numpy.typing import ArrayLike
 from solaris.tiers import (
     SERVING_ORDER,
     TIER_IMPUTED,
+    TIER_IMPUTED_ITEM,
     TIER_ITEM,
     TIER_NEIGHBOR_PAIR,
     TIER_NONE,
@@ -39,9 +41,8 @@ from solaris.tiers import (
     TIER_USER,
 )
 
-__all__ = ["TIER_IMPUTED", "TIER_ITEM", "TIER_NEIGHBOR_PAIR", "TIER_NONE", "TIER_PAIR", "TIER_USER", "KeyIndex",
-           "Neighbors",
-           "Resolver", "Tier", "TierTables"]
+__all__ = ["TIER_IMPUTED", "TIER_IMPUTED_ITEM", "TIER_ITEM", "TIER_NEIGHBOR_PAIR", "TIER_NONE", "TIER_PAIR",
+           "TIER_USER", "KeyIndex", "Neighbors", "Resolver", "Tier", "TierTables", "UserRows"]
 
 
 def _seconds(value: datetime | ArrayLike) -> np.ndarray:
@@ -251,8 +252,8 @@ _AGGREGATE_ROW, _IMPUTED_ROW, _GRAPH_ROW = 0, 1, 2
 
 @dataclass(frozen=True)
 class TierTables:
-    """An immutable serving snapshot: the tiers of one published manifest (``item_side`` keyed by
-    item; ``neighbors`` turns the pair tier into the neighbour-pair tier)."""
+    """An immutable serving snapshot: the tiers of one published manifest (``item_side`` and
+    ``imputed_items`` keyed by item; ``neighbors`` turns the pair tier into the neighbour-pair tier)."""
 
     dim: int
     pairs: Tier
@@ -261,6 +262,7 @@ class TierTables:
     snapshot_id: str = ""
     item_side: Tier | None = None
     neighbors: Neighbors | None = None
+    imputed_items: Tier | None = None
     user_rows: UserRows = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -328,12 +330,12 @@ class TierTables:
                 open_ = open_[tier[open_] == TIER_NONE]
                 continue
             table = {TIER_PAIR: self.pairs, TIER_USER: self.users, TIER_IMPUTED: self.imputed,
-                     TIER_ITEM: self.item_side}[code]
+                     TIER_ITEM: self.item_side, TIER_IMPUTED_ITEM: self.imputed_items}[code]
             if table is None or len(table) == 0:
                 continue
             if code == TIER_USER or code == TIER_IMPUTED:
                 position = user_rows[open_, _AGGREGATE_ROW if code == TIER_USER else _IMPUTED_ROW]
-            elif code == TIER_ITEM:
+            elif code == TIER_ITEM or code == TIER_IMPUTED_ITEM:
                 position = table.find(items[open_], items[open_])
             else:
                 position = table.find(users[open_], items[open_])
@@ -437,7 +439,7 @@ def load_snapshot(manifest_path: str | os.PathLike[str]) -> TierTables:
                                    manifest.neighbor_pairs.min_similarity)
     return TierTables(
         dim, tiers["pair_embeddings"], tiers["user_embeddings"], tiers["imputed_embeddings"], manifest.snapshot_id,
-        tiers["item_embeddings"], neighbors,
+        tiers["item_embeddings"], neighbors, tiers["imputed_item_embeddings"],
     )
 
 
@@ -460,4 +462,5 @@ TIER_TABLE_KEYS: dict[str, list[str]] = {
     "user_embeddings": ["user_id"],
     "imputed_embeddings": ["user_id"],
     "item_embeddings": ["item_id"],
+    "imputed_item_embeddings": ["item_id"],
 }

@@ -1,4 +1,5 @@
-"""Tiers 2-4 on real Spark + Delta + FAISS: aggregates, KNN, imputation, item aggregates, publish, resolver."""
+"""Tiers 2-6 on real Spark + Delta + FAISS: aggregates, KNN, imputation, item aggregates and their
+imputation, publish, resolver."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ import numpy as np
 import pytest
 
 from solaris.jobs import publish, replay
-from solaris.serving.resolver import TIER_IMPUTED, TIER_ITEM, TIER_NEIGHBOR_PAIR, TIER_PAIR, TIER_USER, Resolver
+from solaris.enrichment.items import impute_items
+from solaris.serving.resolver import (
+    TIER_IMPUTED,
+    TIER_IMPUTED_ITEM,
+    TIER_ITEM,
+    TIER_NEIGHBOR_PAIR,
+    TIER_PAIR,
+    TIER_USER,
+    Resolver,
+)
 from solaris.serving.snapshots import QualityGateError
 from solaris.storage.embedding_codec import decode
 from tests.world import T0, copy_world
@@ -72,6 +82,50 @@ def test_item_aggregate_is_the_mean_over_users_and_serves_a_user_with_no_history
     never_seen_user = 10**12
     emb, tier, _ = resolver.resolve([never_seen_user], [row.item_id], row.computed_at.to_pydatetime())
     assert tier.tolist() == [TIER_ITEM]
+    np.testing.assert_array_equal(emb[0], decode([row.embedding], dim)[0])
+
+
+def test_items_without_an_aggregate_are_imputed_from_the_fm_item_space_and_served_after_it(spark, replayed):
+    """Tier 6 rows: exactly the recently engaged items lacking a servable aggregate at that run, each
+    equal to the pure rule on the FM's item embeddings, and served to a new user only when tier 5 has nothing."""
+    import torch
+
+    from solaris.models.checkpoint import load_checkpoint
+
+    config, summary = replayed
+    dim = config.model.embedding_dim
+    as_of = summary[-1].as_of
+    imputed = _table(spark, config, "imputed_item_embeddings").toPandas()
+    latest = imputed[imputed.computed_at == imputed.computed_at.max()]
+    assert len(latest) and summary[-1].item_aggregates.imputed_items == len(latest)
+    assert (latest.n_neighbors >= 1).all() and (latest.n_neighbors <= config.enrichment.item_neighbors).all()
+    assert ((latest.similarity > 0) & (latest.similarity <= 1 + 1e-6)).all()
+    assert (latest.expires_at - latest.computed_at == timedelta(hours=config.enrichment.item_ttl_hours)).all()
+    at = f"TIMESTAMP '{as_of:%Y-%m-%d %H:%M:%S}'"
+    aggregates = _table(spark, config, "item_embeddings").where(
+        f"computed_at <= {at} AND expires_at > {at}").toPandas()
+    assert not set(latest.item_id) & set(aggregates.item_id)  # only items lacking a servable aggregate
+    start = as_of - timedelta(hours=config.enrichment.item_catalog_hours)
+    engaged = set(_table(spark, config, "events").where(
+        f"ts <= {at} AND ts > TIMESTAMP '{start:%Y-%m-%d %H:%M:%S}'").toPandas().item_id)
+    assert set(latest.item_id) <= engaged - set(aggregates.item_id)
+    # the rule, recomputed from the FM checkpoint and the aggregates, gives the stored rows
+    fm, _ = load_checkpoint(config.resolve_under_warehouse(config.precompute.fm_checkpoint), "fm", dim)
+    with torch.no_grad():
+        def space(ids):
+            return fm.item_emb(torch.as_tensor(np.asarray(ids, dtype=np.int64))).numpy()
+
+        targets = np.array(sorted(engaged - set(aggregates.item_id)), dtype=np.int64)
+        expected = impute_items(targets, space(targets), aggregates.item_id.to_numpy(), space(aggregates.item_id),
+                                decode(aggregates.embedding.tolist(), dim), config.enrichment.item_neighbors,
+                                config.enrichment.item_neighbor_min_similarity)
+    stored = latest.set_index("item_id").loc[expected.item_ids]
+    np.testing.assert_allclose(decode(stored.embedding.tolist(), dim), expected.embeddings, rtol=1e-5, atol=1e-6)
+    # served to a never-seen user for such an item, after the item aggregate
+    row = latest.sort_values("item_id").iloc[0]
+    resolver = Resolver.from_snapshots(config.warehouse / "snapshots")
+    emb, tier, _ = resolver.resolve([10**12], [row.item_id], as_of)
+    assert tier.tolist() == [TIER_IMPUTED_ITEM]
     np.testing.assert_array_equal(emb[0], decode([row.embedding], dim)[0])
 
 

@@ -79,10 +79,11 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
     summary = json.loads((out / "metrics.json").read_text())
     assert set(summary["variants"]) == {"fm", "vm_baseline", "vm_distilled", "solaris_tier1", "solaris_tiers1-2",
                                         "solaris_tiers1-3", "solaris_tiers1-4", "solaris_tiers1-5",
-                                        "solaris_distilled"}
+                                        "solaris_tiers1-6", "solaris_distilled"}
     assert summary["variants"]["fm"]["auc"]["mean"] > 0.55  # positive control: real labels carry signal
     coverage = summary["coverage"]
-    cumulative = [coverage[key]["mean"] for key in ("tiers1", "tiers1-2", "tiers1-3", "tiers1-4", "tiers1-5")]
+    cumulative = [coverage[key]["mean"] for key in ("tiers1", "tiers1-2", "tiers1-3", "tiers1-4", "tiers1-5",
+                                                       "tiers1-6")]
     assert 0 < cumulative[0] and cumulative == sorted(cumulative) and cumulative[-1] <= 1
     seed = summary["per_seed"][0]
     assert len(seed["per_tick"]) == 4 and seed["requests"]["scored"] > 300  # 2 h tail + 2 h scored, hourly

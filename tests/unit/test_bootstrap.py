@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from solaris.evaluation import bootstrap
-from solaris.evaluation.protocol import VARIANTS
+from solaris.evaluation.protocol import SOLARIS_ALL, VARIANTS
 from solaris.models import metrics
 
 
@@ -71,7 +71,7 @@ def _requests(rng: np.random.Generator, n_seeds: int = 2) -> bootstrap.ScoredReq
         strong = labels - 0.5 + rng.normal(0, 0.4, users.size)
         predictions = {name: 1 / (1 + np.exp(-weak)) for name in VARIANTS}
         predictions["fm"] = 1 / (1 + np.exp(-3 * strong))
-        predictions["solaris_tiers1-5"] = 1 / (1 + np.exp(-(weak + strong) / 1.5))
+        predictions[SOLARIS_ALL] = 1 / (1 + np.exp(-(weak + strong) / 1.5))
         seeds.append(predictions)
     return bootstrap.ScoredRequests(users, labels, tuple(seeds))
 
@@ -83,11 +83,11 @@ def test_paired_resampling_keeps_the_same_users_for_both_variants():
     same = out["ne_vs_baseline"]["vm_distilled"]
     assert same["low"] == same["high"] == same["estimate"] == 0.0
     # a variant with part of the FM's signal: its NE gain over the VM is clearly positive
-    assert out["ne_vs_baseline"]["solaris_tiers1-5"]["high"] < 0
+    assert out["ne_vs_baseline"][SOLARIS_ALL]["high"] < 0
     assert out["fm_vm_gap"]["low"] > 0
-    ratio = out["transfer_ratio"]["solaris_tiers1-5"]
+    ratio = out["transfer_ratio"][SOLARIS_ALL]
     assert 0 < ratio["low"] <= ratio["estimate"] <= ratio["high"] < 1.5
-    comparison = out["comparisons"]["solaris_tiers1-5-vs-vm_distilled"]["transfer_ratio_difference"]
+    comparison = out["comparisons"][f"{SOLARIS_ALL}-vs-vm_distilled"]["transfer_ratio_difference"]
     assert comparison["low"] > 0  # SOLARIS-like variant transfers more than the (VM-like) distilled one
 
 
@@ -109,7 +109,7 @@ def test_transfer_ratio_interval_is_unbounded_when_the_fm_gap_is_noise():
     predictions = {name: same for name in VARIANTS}
     predictions["fm"] = np.clip(same + rng.normal(0, 0.01, users.size), 0.01, 0.99)  # no real gain
     out = bootstrap.bootstrap_intervals(bootstrap.ScoredRequests(users, labels, (predictions,)), 200)["pooled"]
-    ratio = out["transfer_ratio"]["solaris_tiers1-5"]
+    ratio = out["transfer_ratio"][SOLARIS_ALL]
     assert ratio["low"] is None and ratio["high"] is None and ratio["undefined_share"] > 0.025
 
 

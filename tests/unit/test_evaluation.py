@@ -50,17 +50,17 @@ def test_tier_ablation_hides_higher_tiers_as_nothing_served():
 
 
 def test_coverage_by_tier_is_cumulative():
-    shares = evaluation.coverage_by_tier(np.array([1, 1, 2, 3, 5, 0, 0, 0]))
+    shares = evaluation.coverage_by_tier(np.array([1, 1, 2, 3, 5, 6, 0, 0]))
     assert shares["tier1"] == 0.25 and shares["tiers1"] == 0.25 and shares["tier4"] == 0
     assert shares["tiers1-2"] == 0.375 and shares["tiers1-3"] == 0.5 and shares["tiers1-4"] == 0.5
-    assert shares["tiers1-5"] == 0.625 and shares["none"] == 0.375
+    assert shares["tiers1-5"] == 0.625 and shares["tiers1-6"] == 0.75 and shares["none"] == 0.25
 
 
 def test_every_tier_has_its_ablation_variant():
     assert evaluation.ABLATION == ("solaris_tier1", "solaris_tiers1-2", "solaris_tiers1-3", "solaris_tiers1-4",
-                                   "solaris_tiers1-5")
-    assert evaluation.SOLARIS_ALL == "solaris_tiers1-5" == evaluation.ABLATION[-1]
-    assert evaluation.SOLARIS_MAX_TIER["solaris_distilled"] == 5
+                                   "solaris_tiers1-5", "solaris_tiers1-6")
+    assert evaluation.SOLARIS_ALL == "solaris_tiers1-6" == evaluation.ABLATION[-1]
+    assert evaluation.SOLARIS_MAX_TIER["solaris_distilled"] == 6
 
 
 def test_variant_metrics_transfer_ratio_and_seed_aggregate():
@@ -120,7 +120,7 @@ def test_report_files_from_a_summary(tmp_path):
     for name in variants:
         variants[name]["transfer_ratio_pooled"] = 0.4
     per_tick = [{"tick": f"2026-01-03T{h:02d}:00:00+00:00", "scored_window": h >= 12, "requests": 10,
-                 "tiers1": 0.5, "tiers1-2": 0.6, "tiers1-3": 0.8, "tiers1-4": 0.85, "tiers1-5": 0.9,
+                 "tiers1": 0.5, "tiers1-2": 0.6, "tiers1-3": 0.8, "tiers1-4": 0.85, "tiers1-5": 0.9, "tiers1-6": 0.95,
                  "candidates_hit_rate": 0.3,
                  "verified_hit_rate": 0.2} for h in range(10, 15)]
     coverage = {k: cell(0.5) for k in evaluation.coverage_by_tier(np.array([1]))}
@@ -150,7 +150,7 @@ def test_report_files_from_a_summary(tmp_path):
     verdict = report.split("## Set-up")[0]  # the report opens with the verdict lines
     assert "FM vs VM baseline: \u0394NE" in verdict and "the FM is better" in verdict
     # every VM variant predicts the same here: their differences are exactly 0, and said to be no difference
-    assert "VM+SOLARIS tiers 1-5 vs VM distilled: \u0394TR = +0.000 [+0.000, +0.000]" in verdict
+    assert "VM+SOLARIS tiers 1-6 vs VM distilled: \u0394TR = +0.000 [+0.000, +0.000]" in verdict
     assert "includes 0: no difference shown" in verdict
     assert f"Per window (pooled over seeds): T0 {T0.isoformat()}" in report
     assert all((tmp_path / n).stat().st_size > 5000 for n in names if n.endswith(".png"))

@@ -6,6 +6,7 @@ import pytest
 
 from solaris.serving.resolver import (
     TIER_IMPUTED,
+    TIER_IMPUTED_ITEM,
     TIER_ITEM,
     TIER_NEIGHBOR_PAIR,
     TIER_NONE,
@@ -87,12 +88,12 @@ def test_neighbour_pair_is_the_similarity_weighted_mean_of_the_neighbours_pairs_
 
 
 def test_random_schedules_never_return_expired_values():
-    """Every tier, the item tier included: nothing at or after its expiry, and the best servable tier wins."""
+    """Every tier, the item tiers included: nothing at or after its expiry, and the best servable tier wins."""
     rng = np.random.default_rng(0)
     for _ in range(50):
         n = 40
         t0 = NOW.timestamp()
-        expiries = t0 + rng.uniform(-3, 3, size=(4, n)) * H
+        expiries = t0 + rng.uniform(-3, 3, size=(5, n)) * H
         keys = np.arange(n)
         items = rng.permutation(n)  # the item tier is keyed by item, not by the request's user
         # user u's only neighbour is u + n, whose pair (u + n, item of u) has its own expiry
@@ -107,17 +108,18 @@ def test_random_schedules_never_return_expired_values():
             "snap",
             Tier.build([items], np.full((n, 1), 3.0), np.full(n, t0 - H), expiries[3]),
             _graph(keys, [np.array([u + n]) for u in keys], [np.array([0.5])] * n),
+            Tier.build([items], np.full((n, 1), 4.0), np.full(n, t0 - H), expiries[4]),
         )
         now = NOW + timedelta(hours=float(rng.uniform(-2, 2)))
         vectors, tier, _ = tables.resolve(keys, items, now)
         live = now.timestamp() < np.vstack([expiries[0], neighbour_expiry, expiries[1:]])
         for code, value in ((TIER_PAIR, 0), (TIER_NEIGHBOR_PAIR, 7), (TIER_USER, 1), (TIER_IMPUTED, 2),
-                            (TIER_ITEM, 3)):
+                            (TIER_ITEM, 3), (TIER_IMPUTED_ITEM, 4)):
             served = tier == code
             assert live[code - 1][served].all()  # nothing at or after its expiry, in any tier
             assert (vectors[served, 0] == value).all()
         # and the best servable tier always wins
-        best = np.select(list(live), [1, 2, 3, 4, 5], 0)
+        best = np.select(list(live), [1, 2, 3, 4, 5, 6], 0)
         np.testing.assert_array_equal(tier, best)
 
 
