@@ -87,7 +87,7 @@ ENRICHMENT: tuple[Stage, ...] = (
         ("user_aggregates", "knn"),
         "Tier 4: impute users without an aggregate from their neighbours.",
     ),
-    Stage("item_aggregates", "enrichment", (), "Tiers 5-6: 24 h item means; other items imputed from the FM item space."),
+    Stage("item_aggregates", "enrichment", (), "Tiers 5-6: 24 h item means; other items from the FM item space."),
     Stage("publish", "enrichment", ("impute", "item_aggregates"), "Quality gate, then the atomic snapshot manifest."),
 )
 CYCLE: tuple[Stage, ...] = PRECOMPUTE + ENRICHMENT

@@ -9,8 +9,8 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from solaris.jobs import publish, replay
 from solaris.enrichment.items import impute_items
+from solaris.jobs import publish, replay
 from solaris.serving.resolver import (
     TIER_IMPUTED,
     TIER_IMPUTED_ITEM,
