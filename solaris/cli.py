@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "user-aggregates": ("solaris.jobs.user_aggregates", "tier 3: 24 h mean of each user's pair embeddings"),
     "knn": ("solaris.jobs.knn", "FAISS k-means + per-cluster KNN over FM user representations"),
     "impute": ("solaris.jobs.impute", "tier 4: impute users without an aggregate from their neighbours"),
-    "item-aggregates": ("solaris.jobs.item_aggregates", "tiers 5-6: 24 h item means, other items from the FM item space"),
+    "item-aggregates": ("solaris.jobs.item_aggregates", "tiers 5-6: 24 h item means; other items via FM item space"),
     "publish": ("solaris.jobs.publish", "quality gate, then an atomic snapshot manifest for the resolver"),
     "fast-lane": ("solaris.jobs.fast_lane", "sub-hourly candidates, score, publish for sessions new since the hour"),
     "rollback": ("solaris.jobs.rollback", "list snapshots, or point serving's LATEST at an earlier one"),
