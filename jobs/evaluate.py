@@ -66,6 +66,11 @@ SCORED_FILE = "scored.npz"  # per seed: every variant's predictions on the score
 # coverage keys of tiers 1..k for every k, in serving order (solaris.evaluation.protocol.cumulative_key)
 _COVERAGE_KEYS = tuple(cumulative_key(k) for k in SERVING_ORDER)
 
+
+def _coverage_text(shares: dict[str, float]) -> str:
+    """"tier1 3.1%, tiers1-2 6.7%, ...": the cumulative coverage in serving order, as printed and logged."""
+    return ", ".join(f"{'tier1' if key == 'tiers1' else key} {shares[key]:.1%}" for key in _COVERAGE_KEYS)
+
 # CI-sized evaluation: few ticks, one epoch, two seeds (so mean ± std still means something).
 QUICK_OVERRIDES = [
     "evaluation.seeds=2", "evaluation.tail_hours=3", "evaluation.eval_hours=2", "model.training.max_epochs=1",
@@ -632,7 +637,7 @@ def run(
                     seed, result["cost"]["seed_wall_s"],
                     *(result["variants"][v]["ne"]
                       for v in ("fm", "vm_baseline", "vm_distilled", evaluation.SOLARIS_ALL)),
-                    " / ".join(f"{key} {result['coverage'][key]:.1%}" for key in _COVERAGE_KEYS),
+                    _coverage_text(result["coverage"]),
                 )
             results.append(result)
             per_seed_predictions.append(predictions)
@@ -691,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<20} NE {interval_text(row, 4, signed=False)}  "
                   f"AUC {interval_text(pooled['auc'][name], 4, signed=False)}")
         cov = summary["coverage"]
-        print("coverage " + ", ".join(f"{key} {cov[key]['mean']:.1%}" for key in _COVERAGE_KEYS))
+        print("coverage " + _coverage_text({key: cov[key]["mean"] for key in _COVERAGE_KEYS}))
         print("\n".join(verdict_lines(summary["intervals"])))
         print(f"report: {summary['output']}/report.md (metrics.json, *.png)")
 

@@ -7,6 +7,7 @@ Airflow tasks behave the same: same flags, same log format, same exit codes.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 import time
@@ -81,6 +82,11 @@ def run_job(name: str, body: Callable[[], None]) -> int:
     except Exception:
         log.exception("%s failed", name)
         return EXIT_FAILED
+    finally:
+        # Free the body's Arrow objects (deltalake/pyarrow readers) while Arrow is still alive: left to
+        # the interpreter's final teardown, a native reader thread can outlive Arrow's pools and abort
+        # the process ("terminate called without an active exception", exit -6) after the job succeeded.
+        gc.collect()
     log.info("%s finished in %.1fs", name, time.monotonic() - started)
     return EXIT_OK
 
