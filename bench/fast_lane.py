@@ -28,22 +28,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import time
 from datetime import timedelta
 from pathlib import Path
-
-
-def prepare(source: Path, work: Path) -> None:
-    """Fresh work warehouse: the source's events, id map and current model checkpoints."""
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    for name in ("events", "id_map"):
-        if (source / name).exists():
-            shutil.copytree(source / name, work / name)
-    for role in ("fm", "vm_baseline"):
-        shutil.copytree(source / "models" / role, work / "models" / role)
 
 
 def _share(tiers, code: int) -> float:
@@ -63,6 +51,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import numpy as np
+    from cycle import prepare  # bench/cycle.py (this script's folder is on sys.path): the same work-warehouse copy
 
     from solaris.config import load_config
     from solaris.jobs import fast_lane
