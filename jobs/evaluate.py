@@ -149,14 +149,25 @@ class WindowRows:
 
 @dataclass(frozen=True)
 class TrainedModels:
-    """Step 1: the serving FM, the verifier and the distilled VM, all trained on events <= fm_cutoff."""
+    """Step 1: the models trained on events <= fm_cutoff.
+
+    ``fm`` and ``verifier`` serve the replay (the replay's seed); ``baseline`` and ``distilled`` are
+    this seed's VMs, the warm starts of the fine-tuned variants. Without a shared replay, or for the
+    replay's own seed, ``baseline`` is the verifier.
+    """
 
     fm: nn.Module
     verifier: VerticalModel
+    baseline: VerticalModel
     distilled: VerticalModel
     versions: dict[str, str]  # role -> checkpoint version (content hash)
     reused: tuple[str, ...]  # roles whose checkpoint was reused (fingerprint matched)
     seconds: float
+
+    @property
+    def serving_versions(self) -> dict[str, str]:
+        """The checkpoints the replayed jobs load: what the replay's tables depend on."""
+        return {"fm": self.versions["fm"], "vm_baseline": self.versions["verifier"]}
 
 
 @dataclass(frozen=True)
@@ -247,54 +258,110 @@ def _trained(
     return model, folder.name, False
 
 
-def train_models(
-    config: SolarisConfig, rows: WindowRows, events: EventArrays, features: Features, seed: int, seed_dir: Path
-) -> TrainedModels:
-    """Step 1: FM, verifier and distilled VM on events <= fm_cutoff, reused by fingerprint.
+def _teacher_logits(
+    config: SolarisConfig, rows: WindowRows, events: EventArrays, features: Features, fm: nn.Module,
+    fm_version: str, replay_seed: int, replay_dir: Path,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Soft labels for the distilled VMs on events <= fm_cutoff, computed once per replay and cached.
 
-    The distilled VM's soft labels come from ``model.distillation.teacher`` (cross-fitted fold FMs,
-    or the served FM in-sample).
+    Why cached: the cross-fitted teacher trains ``teacher_folds`` FMs, an FM-side cost that every VM
+    seed sharing the replay would otherwise pay again. Keyed like a checkpoint (settings, as-of,
+    replay seed, data, and the served FM's version for ``in-sample``).
     """
     from solaris.evaluation.protocol import step_fingerprint
-    from solaris.models.training import distillation_teacher_logits, train_fm, train_vm, training_metadata
+    from solaris.models.training import distillation_teacher_logits
+
+    in_sample = config.model.distillation.teacher == "in-sample"
+    fingerprint = step_fingerprint(
+        config, "teacher", as_of=rows.window.fm_cutoff.isoformat(), seed=replay_seed, data=rows.training_digest,
+        fm=fm_version if in_sample else None,
+    )
+    path = replay_dir / "teacher" / f"{fingerprint}.npz"
+    if path.is_file():
+        with np.load(path) as saved:
+            log.info("reusing the distillation teacher's soft labels (fingerprint %s)", fingerprint)
+            return saved["logits"], json.loads(str(saved["used"]))
+    logits, used = distillation_teacher_logits(
+        events.select(rows.pre), config, replay_seed, features.take(rows.pre), fm
+    )
+    used = {**used, "teacher_seed": replay_seed}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as handle:
+        np.savez(handle, logits=logits, used=np.array(json.dumps(used)))
+    tmp.replace(path)
+    return logits, used
+
+
+def train_models(
+    config: SolarisConfig, rows: WindowRows, events: EventArrays, features: Features, seed: int, seed_dir: Path,
+    replay_seed: int, replay_dir: Path,
+) -> TrainedModels:
+    """Step 1: serving FM and verifier (the replay's seed), this seed's VMs; all reused by fingerprint.
+
+    The serving models live under ``replay_dir/models`` (the replayed jobs load them from there);
+    this seed's baseline and distilled VMs under ``seed_dir/models``. The distilled VMs' soft labels
+    come from ``model.distillation.teacher`` (cross-fitted fold FMs, or the served FM in-sample),
+    computed once per replay.
+    """
+    from solaris.evaluation.protocol import step_fingerprint
+    from solaris.models.training import train_fm, train_vm, training_metadata
 
     started = time.monotonic()
     cutoff = rows.window.fm_cutoff
     events_pre, features_pre = events.select(rows.pre), features.take(rows.pre)
-    inputs = {"as_of": cutoff.isoformat(), "seed": seed, "data": rows.training_digest}
-    models = seed_dir / "models"
+
+    def inputs(of_seed: int) -> dict[str, Any]:
+        return {"as_of": cutoff.isoformat(), "seed": of_seed, "data": rows.training_digest}
 
     def fit_fm() -> tuple[nn.Module, dict[str, Any]]:
-        result = train_fm(events, config, seed, features=features, rows=rows.pre)
-        return result.model, training_metadata("fm", cutoff, seed, events_pre, result)
+        result = train_fm(events, config, replay_seed, features=features, rows=rows.pre)
+        return result.model, training_metadata("fm", cutoff, replay_seed, events_pre, result)
 
-    def fit_verifier() -> tuple[nn.Module, dict[str, Any]]:
-        result = train_vm(events_pre, config, seed, "baseline", features=features_pre)
-        return result.model, training_metadata("vm_baseline", cutoff, seed, events_pre, result)
+    def fit_vm(of_seed: int) -> Callable[[], tuple[nn.Module, dict[str, Any]]]:
+        def fit() -> tuple[nn.Module, dict[str, Any]]:
+            result = train_vm(events_pre, config, of_seed, "baseline", features=features_pre)
+            return result.model, training_metadata("vm_baseline", cutoff, of_seed, events_pre, result)
+        return fit
 
+    serving = replay_dir / "models"
     fm, fm_version, fm_reused = _trained(
-        models / "fm", "fm", config.model.embedding_dim, step_fingerprint(config, "fm", **inputs), fit_fm
+        serving / "fm", "fm", config.model.embedding_dim, step_fingerprint(config, "fm", **inputs(replay_seed)),
+        fit_fm,
     )
     verifier, verifier_version, verifier_reused = _trained(
-        models / "vm_baseline", "vm", None, step_fingerprint(config, "vm_baseline", **inputs), fit_verifier
+        serving / "vm_baseline", "vm", None, step_fingerprint(config, "vm_baseline", **inputs(replay_seed)),
+        fit_vm(replay_seed),
     )
+    if seed == replay_seed:
+        baseline, baseline_version, baseline_reused = verifier, verifier_version, verifier_reused
+    else:
+        baseline, baseline_version, baseline_reused = _trained(
+            seed_dir / "models" / "vm_baseline", "vm", None, step_fingerprint(config, "vm_baseline", **inputs(seed)),
+            fit_vm(seed),
+        )
 
     def fit_distilled() -> tuple[nn.Module, dict[str, Any]]:
-        teacher, used = distillation_teacher_logits(events_pre, config, seed, features_pre, fm)
+        teacher, used = _teacher_logits(config, rows, events, features, fm, fm_version, replay_seed, replay_dir)
         result = train_vm(events_pre, config, seed, "distilled", teacher_logits=teacher, features=features_pre)
         return result.model, training_metadata("vm_distilled", cutoff, seed, events_pre, result, **used)
 
     # in-sample soft labels are the served FM's own: its version is an input of the distilled VM
-    distilled_inputs = {**inputs, "fm": fm_version if config.model.distillation.teacher == "in-sample" else None}
+    distilled_inputs = {
+        **inputs(seed), "teacher_seed": replay_seed,
+        "fm": fm_version if config.model.distillation.teacher == "in-sample" else None,
+    }
     distilled, distilled_version, distilled_reused = _trained(
-        models / "vm_distilled", "vm", None, step_fingerprint(config, "vm_distilled", **distilled_inputs),
-        fit_distilled,
+        seed_dir / "models" / "vm_distilled", "vm", None,
+        step_fingerprint(config, "vm_distilled", **distilled_inputs), fit_distilled,
     )
-    versions = {"fm": fm_version, "vm_baseline": verifier_version, "vm_distilled": distilled_version}
-    reused = tuple(r for r, flag in zip(versions, (fm_reused, verifier_reused, distilled_reused), strict=True) if flag)
+    flags = {"fm": fm_reused, "verifier": verifier_reused, "vm_baseline": baseline_reused,
+             "vm_distilled": distilled_reused}
+    versions = {"fm": fm_version, "verifier": verifier_version, "vm_baseline": baseline_version,
+                "vm_distilled": distilled_version}
     return TrainedModels(
-        fm, cast("VerticalModel", verifier), cast("VerticalModel", distilled), versions, reused,
-        time.monotonic() - started,
+        fm, cast("VerticalModel", verifier), cast("VerticalModel", baseline), cast("VerticalModel", distilled),
+        versions, tuple(role for role, flag in flags.items() if flag), time.monotonic() - started,
     )
 
 
@@ -329,7 +396,7 @@ def replay_window(
     started = time.monotonic()
     window = rows.window
     fingerprint = step_fingerprint(
-        seed_config, "replay", seed=seed_config.seed, data=rows.window_digest, models=models.versions,
+        seed_config, "replay", seed=seed_config.seed, data=rows.window_digest, models=models.serving_versions,
         t0=window.t0.isoformat(),
     )
     marker = Path(seed_config.warehouse) / "replay.json"
@@ -406,9 +473,9 @@ def fine_tune(
                                               **extra).model)
 
     return FineTunedVMs(
-        baseline=tuned("baseline", models.verifier),
+        baseline=tuned("baseline", models.baseline),
         distilled=tuned("distilled", models.distilled, teacher_logits=tail_teacher),
-        solaris=tuned("solaris", models.verifier, **served_input),
+        solaris=tuned("solaris", models.baseline, **served_input),
         solaris_distilled=tuned("solaris_distilled", models.distilled, teacher_logits=tail_teacher, **served_input),
         seconds=time.monotonic() - started,
     )
@@ -473,23 +540,37 @@ def score_seed(
     }
 
 
+def replay_seed_of(config: SolarisConfig, seed: int) -> int:
+    """The seed whose FM, verifier and replay serve ``seed``: ``config.seed`` when seeds share the replay."""
+    return config.seed if config.evaluation.share_replay else seed
+
+
 def evaluate_seed(
     spark: SparkSession, config: SolarisConfig, rows: WindowRows, events: EventArrays, features: Features,
-    seed: int, seed_dir: Path,
+    seed: int, seed_dir: Path, replay_dir: Path,
 ) -> tuple[dict, dict[str, np.ndarray]]:
-    """One seed of one window: train -> replay -> serve -> fine-tune -> predict -> score."""
+    """One seed of one window: train -> replay -> serve -> fine-tune -> predict -> score.
+
+    With ``evaluation.share_replay`` every seed of a window uses the serving FM, verifier, teacher
+    and replay of ``replay_dir`` (computed by the first seed that needs them, then reused by
+    fingerprint) and trains its own VMs; without it ``replay_dir`` is the seed's own folder.
+    """
     window = rows.window
+    replay_seed = replay_seed_of(config, seed)
     seed_config = _seed_config(config, seed_dir, seed, len(window.ticks()))
+    replay_config = _seed_config(config, replay_dir, replay_seed, len(window.ticks()))
     log.info(
-        "seed %d, T0 %s: %d events up to %s (FM, verifier), %d in the tail, %d scored requests",
-        seed, window.t0, rows.pre.size, window.fm_cutoff, rows.tail.size, rows.scored.size,
+        "seed %d (replay of seed %d in %s), T0 %s: %d events up to %s (FM, verifier), %d in the tail, "
+        "%d scored requests",
+        seed, replay_seed, replay_dir, window.t0, rows.pre.size, window.fm_cutoff, rows.tail.size, rows.scored.size,
     )
-    models = train_models(seed_config, rows, events, features, seed, seed_dir)
-    replayed = replay_window(spark, config, seed_config, rows, models)
-    served = serve_requests(seed_config, rows, events)
+    models = train_models(seed_config, rows, events, features, seed, seed_dir, replay_seed, replay_dir)
+    replayed = replay_window(spark, config, replay_config, rows, models)
+    served = serve_requests(replay_config, rows, events)
     tuned = fine_tune(seed_config, rows, events, features, seed, models, served)
     predictions = predict_scored(rows, features, models, tuned, served)
-    result = score_seed(spark, seed_config, rows, events, seed, models, replayed, served, tuned, predictions)
+    result = score_seed(spark, replay_config, rows, events, seed, models, replayed, served, tuned, predictions)
+    result["replay"]["seed"] = replay_seed
     return result, predictions.by_variant
 
 
@@ -610,6 +691,7 @@ def run(
     features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
     seeds = list(range(config.seed, config.seed + settings.seeds))
     results, scored_sets, wall = [], [], time.monotonic()
+    forced: set[Path] = set()  # --force clears each folder once, not again for the next seed sharing it
     for window in windows:
         rows = WindowRows.of(events, window)
         log.info("window T0 %s: FM trained up to %s, replay %d ticks to %s, %d seeds",
@@ -617,11 +699,16 @@ def run(
         per_seed_predictions = []
         for seed in seeds:
             seed_dir = out_dir / utc_stamp(window.t0) / f"seed-{seed}"
+            replay_dir = out_dir / utc_stamp(window.t0) / "replay" if settings.share_replay else seed_dir
             fingerprint = evaluation.step_fingerprint(
-                config, "seed", t0=window.t0.isoformat(), seed=seed, data=rows.window_digest
+                config, "seed", t0=window.t0.isoformat(), seed=seed, data=rows.window_digest,
+                replay_seed=replay_seed_of(config, seed),
             )
-            if force and seed_dir.exists():
-                shutil.rmtree(seed_dir)
+            if force:
+                for folder in {seed_dir, replay_dir} - forced:
+                    if folder.exists():
+                        shutil.rmtree(folder)
+                    forced.add(folder)
             saved = _saved_seed(seed_dir, fingerprint)
             if saved is not None:
                 log.info("seed %d of T0 %s already evaluated with these settings (%s): reused", seed, window.t0,
@@ -629,7 +716,8 @@ def run(
                 result, predictions = saved
             else:
                 started = time.monotonic()
-                result, predictions = evaluate_seed(spark, config, rows, events, features, seed, seed_dir)
+                result, predictions = evaluate_seed(spark, config, rows, events, features, seed, seed_dir,
+                                                    replay_dir)
                 result["cost"]["seed_wall_s"] = time.monotonic() - started
                 _save_seed(seed_dir, fingerprint, result, predictions)
                 log.info(

@@ -297,7 +297,11 @@ class EvaluationConfig(_Strict):
     TTL, same coverage gaps, from an FM that had not seen them); the eval window is scored.
     """
 
-    seeds: int = Field(3, ge=1)  # every seed retrains the FM, the verifier and all VM variants and replays
+    seeds: int = Field(3, ge=1)  # every seed trains its own VMs (and, without share_replay, FM and replay)
+    # True: per window, one serving FM, verifier, teacher and replay (seed ``seed``) shared by every seed, each
+    # seed training its own VMs on the same served tail. Why: seed variance is mostly the VMs'; the user
+    # bootstrap carries the sampling noise; the replay is the evaluation's main cost (docs/evaluation.md)
+    share_replay: bool = True
     tail_hours: float = Field(24, gt=0)
     eval_hours: float = Field(24, gt=0)
     step_hours: float = Field(1, gt=0)

@@ -301,6 +301,8 @@ STEP_SETTINGS: dict[str, tuple[str, ...]] = {
     # the teacher (cross-fitted fold FMs or the served FM) shapes the soft labels: FM settings count
     "vm_distilled": ("model.embedding_dim", "model.history_length", "model.vm", "model.fm", "model.training",
                      "model.distillation"),
+    # the distillation teacher's soft labels (cross-fitted fold FMs, or the served FM in-sample)
+    "teacher": ("model.embedding_dim", "model.history_length", "model.fm", "model.training", "model.distillation"),
     # the replayed tables also depend on the models, through their checkpoint versions (content hashes)
     "replay": ("model.embedding_dim", "model.history_length", "precompute", "enrichment", "tables",
                "evaluation.tail_hours", "evaluation.eval_hours", "evaluation.step_hours"),

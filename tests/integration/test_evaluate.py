@@ -59,8 +59,6 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
         "2026-01-03T12:00:00Z",
         "--quick",
         "--set",
-        "evaluation.seeds=1",
-        "--set",
         "evaluation.tail_hours=2",
         "--warehouse",
         str(warehouse),
@@ -85,7 +83,12 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
     cumulative = [coverage[key]["mean"] for key in ("tiers1", "tiers1-2", "tiers1-3", "tiers1-4", "tiers1-5",
                                                        "tiers1-6")]
     assert 0 < cumulative[0] and cumulative == sorted(cumulative) and cumulative[-1] <= 1
-    seed = summary["per_seed"][0]
+    # two seeds (the quick preset) share one FM, verifier and replay; each trains its own VMs
+    seed, other = summary["per_seed"]
+    assert other["replay"]["seed"] == seed["replay"]["seed"] == 42 and other["replay"]["ticks_run"] == 0
+    assert other["models"]["versions"]["fm"] == seed["models"]["versions"]["fm"]
+    assert other["models"]["versions"]["vm_baseline"] != seed["models"]["versions"]["vm_baseline"]
+    assert sorted(p.name for p in (out / "20260103T120000Z").iterdir()) == ["replay", "seed-42", "seed-43"]
     assert len(seed["per_tick"]) == 4 and seed["requests"]["scored"] > 300  # 2 h tail + 2 h scored, hourly
     assert seed["cost"]["fm_passes_per_request"] > 0
     assert "FM vs VM baseline" in done.stdout and "users resampled" in done.stdout and "coverage tier1" in done.stdout
@@ -107,8 +110,8 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
     assert "already evaluated" not in changed.stderr and "recomputing" in changed.stderr
     assert "reusing fm checkpoint" in changed.stderr and "tables dropped, replaying" in changed.stderr
     result = json.loads((out / "20260103T120000Z" / "seed-42" / "result.json").read_text())["result"]
-    assert result["replay"]["ticks_run"] == 4 and set(result["models"]["reused"]) == {"fm", "vm_baseline",
-                                                                                       "vm_distilled"}
+    assert result["replay"]["ticks_run"] == 4 and set(result["models"]["reused"]) == {"fm", "verifier",
+                                                                                       "vm_baseline", "vm_distilled"}
 
 
 def test_shuffled_labels_in_the_scored_window_give_chance_auc_for_every_variant(spark, template, tmp_path):
