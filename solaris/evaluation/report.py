@@ -97,6 +97,14 @@ def verdict_lines(intervals: dict) -> list[str]:
     return lines
 
 
+def _seeding(settings: dict, seeds: list) -> str:
+    """What a seed varies: with a shared replay only the VMs, otherwise every model and the replay."""
+    if settings.get("share_replay", False):
+        return (f"one serving FM, verifier, teacher and replay per window (seed {seeds[0]}); every seed trains and "
+                "fine-tunes its own VMs on the same served tail")
+    return "every seed retrains every model and replays"
+
+
 def render_markdown(summary: dict, plots: list[str]) -> str:
     settings = summary["settings"]
     seeds = summary["seeds"]
@@ -126,7 +134,7 @@ def render_markdown(summary: dict, plots: list[str]) -> str:
     lines += [
         f"- Replay every {settings['step_hours']:g} h from the cutoff to the window's end (tail "
         f"{settings['tail_hours']:g} h fine-tunes the VM variants, then {settings['eval_hours']:g} h scored).",
-        f"- Seeds: {', '.join(map(str, seeds))} (every seed retrains every model and replays).",
+        f"- Seeds: {', '.join(map(str, seeds))} ({_seeding(settings, seeds)}).",
         "- Every feature is point-in-time: histories strictly before the request; FM embeddings from the snapshot "
         "published at the last tick before it (older than the request, TTL enforced by the resolver).",
         "",
@@ -207,9 +215,11 @@ def render_markdown(summary: dict, plots: list[str]) -> str:
         f"- FM forward passes spent per scored request (pairs precomputed + users represented for KNN, in the scored "
         f"window): {_pm(cost.get('fm_passes_per_request'), 2)} \u2014 versus 1.0 for running the FM on every "
         "request on the serving path, which the latency budget does not allow.",
-        f"- Wall time per seed and window: {_pm(cost.get('seed_wall_s'), 0)} s "
-        f"(models {_pm(cost.get('train_models_s'), 0)} s, replay {_pm(cost.get('replay_s'), 0)} s, "
-        f"fine-tuning {_pm(cost.get('finetune_vms_s'), 0)} s).",
+        f"- Wall time of the whole evaluation: {summary.get('wall_s', float('nan')):.0f} s. Per seed and window: "
+        f"{_pm(cost.get('seed_wall_s'), 0)} s (models {_pm(cost.get('train_models_s'), 0)} s, replay "
+        f"{_pm(cost.get('replay_s'), 0)} s, fine-tuning {_pm(cost.get('finetune_vms_s'), 0)} s)"
+        + ("; with a shared replay the first seed of a window pays its FM, teacher and replay, the others only "
+           "their VMs." if settings.get("share_replay", False) else "."),
         "",
         "## Plots",
         "",

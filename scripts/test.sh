@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite (after make lint), in two shards run side by side.
+#
+# Why two: the suite is latency-bound, not CPU-bound. Alone on 2 cores one process kept the CPU
+# about 40 % busy: Spark local jobs on small tables, JVM start-ups of spark-submit and Airflow's
+# task runner mostly wait. The Airflow shard (tests/e2e: `airflow dags test` runs sharing
+# airflow_home's metadata DB, plus tests/dags reading that home) runs in the background; everything
+# else (unit, integration, reliability: each test in its own temporary warehouse) in the foreground.
+# Nothing is skipped: the two shards are exactly tests/.
+#   SOLARIS_TEST_SHARDS=1 make test   runs the suite in one process instead (one log, one summary)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider)
+
+if [ "${SOLARIS_TEST_SHARDS:-2}" = "1" ]; then
+  exec "${PYTEST[@]}" tests
+fi
+
+log=$(mktemp -t solaris-airflow-tests.XXXXXX.log)
+"${PYTEST[@]}" tests/e2e tests/dags > "$log" 2>&1 &
+airflow_shard=$!
+trap 'kill "$airflow_shard" 2>/dev/null || true' INT TERM
+echo "[test] tests/e2e + tests/dags run in the background (log: $log); unit, integration, reliability here"
+"${PYTEST[@]}" tests/unit tests/integration tests/reliability
+rest=$?
+echo "[test] waiting for the Airflow shard (tests/e2e + tests/dags)"
+wait "$airflow_shard"
+airflow=$?
+echo "==================== tests/e2e + tests/dags (ran in parallel) ===================="
+cat "$log"
+echo "[test] unit+integration+reliability exit $rest; e2e+dags exit $airflow"
+if [ "$rest" -ne 0 ] || [ "$airflow" -ne 0 ]; then
+  exit 1
+fi
