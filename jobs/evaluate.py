@@ -13,7 +13,7 @@ users first). For each window and seed (docs/evaluation.md):
    published at ``tick`` (only what serving would have held);
 4. ``fine_tune``: the VM variants fine-tuned on the tail's requests, warm-started from step 1;
 5. ``predict_scored``: the requests of ``(T0, T0 + eval]`` scored by the FM (upper bound), every VM
-   variant, and VM+SOLARIS fed tier 1 only / tiers 1-2 / tiers 1-3;
+   variant, and VM+SOLARIS fed nothing (the control) / tier 1 only / tiers 1-2 / ... / every tier;
 6. ``score_seed``: metrics, coverage, hit rates and costs.
 
 Then 95 % intervals by bootstrap over users, paired across variants, pooled over seeds and windows
@@ -484,7 +484,7 @@ def fine_tune(
 def predict_scored(
     rows: WindowRows, features: Features, models: TrainedModels, tuned: FineTunedVMs, served: ServedFeatures
 ) -> ScoredPredictions:
-    """Step 5: FM, VM variants and VM+SOLARIS fed tiers up to 1, 2, 3 on the scored requests."""
+    """Step 5: FM, VM variants and VM+SOLARIS fed nothing / tiers up to 1, 2, ... on the scored requests."""
     from solaris.evaluation import protocol as evaluation
     from solaris.models.training import predict
 
@@ -702,7 +702,7 @@ def run(
             replay_dir = out_dir / utc_stamp(window.t0) / "replay" if settings.share_replay else seed_dir
             fingerprint = evaluation.step_fingerprint(
                 config, "seed", t0=window.t0.isoformat(), seed=seed, data=rows.window_digest,
-                replay_seed=replay_seed_of(config, seed),
+                replay_seed=replay_seed_of(config, seed), variants=evaluation.VARIANTS,
             )
             if force:
                 for folder in {seed_dir, replay_dir} - forced:

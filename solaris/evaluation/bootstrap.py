@@ -22,7 +22,7 @@ from typing import Iterable
 
 import numpy as np
 
-from solaris.evaluation.protocol import ABLATION, SOLARIS_ALL, TRANSFER_VARIANTS, VARIANTS
+from solaris.evaluation.protocol import ABLATION, SOLARIS_ALL, SOLARIS_NONE, TRANSFER_VARIANTS, VARIANTS
 
 _EPS = 1e-7
 BASELINE, UPPER_BOUND = "vm_baseline", "fm"
@@ -32,6 +32,9 @@ COMPARISONS: tuple[tuple[str, str], ...] = (
     (SOLARIS_ALL, "vm_distilled"),
     ("solaris_distilled", "vm_distilled"),
     (ABLATION[0], "vm_distilled"),
+    # what the served values add: the same fine-tuned model, fed tiers 1..k vs fed nothing
+    (SOLARIS_ALL, SOLARIS_NONE),
+    (ABLATION[0], SOLARIS_NONE),
     *zip(ABLATION[1:], ABLATION[:-1], strict=True),
 )
 

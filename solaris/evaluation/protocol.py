@@ -13,9 +13,9 @@ is summarised, so each rule can be unit-tested on small arrays:
   mean ± std over seeds.
 
 Variants (docs/architecture.md §8): ``fm`` (upper bound), ``vm_baseline``, ``vm_distilled``,
-``solaris_tier1``, ``solaris_tiers1-2`` ... ``solaris_tiers1-5`` (one VM+SOLARIS model fed with
-tiers up to k of :mod:`solaris.tiers`; the last one is "all tiers", :data:`SOLARIS_ALL`),
-``solaris_distilled`` (all tiers).
+``solaris_none`` (the VM+SOLARIS model fed nothing: the control), ``solaris_tier1``,
+``solaris_tiers1-2`` ... ``solaris_tiers1-6`` (the same model fed with tiers up to k of
+:mod:`solaris.tiers`; the last one is "all tiers", :data:`SOLARIS_ALL`), ``solaris_distilled`` (all tiers).
 """
 
 from __future__ import annotations
@@ -52,9 +52,15 @@ def cumulative_key(max_tier: int) -> str:
 ALL_TIERS = SERVING_ORDER[-1]
 SOLARIS_ALL = ablation_variant(ALL_TIERS)  # VM+SOLARIS fed every tier: the variant the verdict is about
 ABLATION = tuple(ablation_variant(tier) for tier in SERVING_ORDER)
-VARIANTS = ("fm", "vm_baseline", "vm_distilled", *ABLATION, "solaris_distilled")
-# variant -> highest tier of served FM embedding it receives
-SOLARIS_MAX_TIER = {**{ablation_variant(tier): tier for tier in SERVING_ORDER}, "solaris_distilled": ALL_TIERS}
+# Control: the same VM+SOLARIS model fed nothing (zero vector, tier 0 on every request). Why: the
+# SOLARIS model is fine-tuned with an extra input, which changes its other weights too; what the
+# served values themselves add is a variant fed tiers 1..k minus this one, not minus the baseline.
+SOLARIS_NONE = "solaris_none"
+VARIANTS = ("fm", "vm_baseline", "vm_distilled", SOLARIS_NONE, *ABLATION, "solaris_distilled")
+# variant -> highest tier of served FM embedding it receives (0: none)
+SOLARIS_MAX_TIER = {
+    SOLARIS_NONE: 0, **{ablation_variant(tier): tier for tier in SERVING_ORDER}, "solaris_distilled": ALL_TIERS,
+}
 TRANSFER_VARIANTS = tuple(v for v in VARIANTS if v not in ("fm", "vm_baseline"))
 METRIC_KEYS = ("log_loss", "ne", "auc", "calibration", "transfer_ratio")
 

@@ -18,6 +18,7 @@ from solaris.evaluation.protocol import (
     ABLATION,
     SOLARIS_ALL,
     SOLARIS_MAX_TIER,
+    SOLARIS_NONE,
     TRANSFER_VARIANTS,
     VARIANTS,
     cumulative_key,
@@ -35,6 +36,7 @@ def tiers_label(max_tier: int) -> str:
 
 LABELS = {
     "fm": "FM (upper bound)", "vm_baseline": "VM baseline", "vm_distilled": "VM distilled",
+    SOLARIS_NONE: "VM+SOLARIS fed nothing (control)",
     **{name: f"VM+SOLARIS {tiers_label(SOLARIS_MAX_TIER[name])}"
        for name in ABLATION},
     "solaris_distilled": f"VM+SOLARIS+distilled (1-{SOLARIS_MAX_TIER['solaris_distilled']})",

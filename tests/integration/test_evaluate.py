@@ -75,7 +75,8 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
                  "ne_vs_coverage.png"):
         assert (out / name).is_file(), name
     summary = json.loads((out / "metrics.json").read_text())
-    assert set(summary["variants"]) == {"fm", "vm_baseline", "vm_distilled", "solaris_tier1", "solaris_tiers1-2",
+    assert set(summary["variants"]) == {"fm", "vm_baseline", "vm_distilled", "solaris_none", "solaris_tier1",
+                                        "solaris_tiers1-2",
                                         "solaris_tiers1-3", "solaris_tiers1-4", "solaris_tiers1-5",
                                         "solaris_tiers1-6", "solaris_distilled"}
     assert summary["variants"]["fm"]["auc"]["mean"] > 0.55  # positive control: real labels carry signal

@@ -63,6 +63,16 @@ def test_every_tier_has_its_ablation_variant():
     assert evaluation.SOLARIS_MAX_TIER["solaris_distilled"] == 6
 
 
+def test_the_control_variant_is_fed_nothing():
+    """VM+SOLARIS fed nothing: every request gets the zero vector and tier 0, whatever was served."""
+    vectors = np.arange(12, dtype=np.float32).reshape(4, 3) + 1
+    tiers = np.array([0, 1, 3, 6])
+    assert evaluation.SOLARIS_MAX_TIER[evaluation.SOLARIS_NONE] == 0
+    assert evaluation.SOLARIS_NONE in evaluation.VARIANTS and evaluation.SOLARIS_NONE not in evaluation.ABLATION
+    fed, fed_tiers = evaluation.served_up_to_tier(vectors, tiers, 0)
+    assert not fed.any() and fed_tiers.tolist() == [0, 0, 0, 0]
+
+
 def test_variant_metrics_transfer_ratio_and_seed_aggregate():
     rng = np.random.default_rng(0)
     labels = (rng.random(4000) < 0.4).astype(np.float32)
