@@ -1,0 +1,117 @@
+"""What a served tier does to the requests it serves: NE of the SOLARIS VM fed the value vs fed nothing.
+
+The evaluation's ablation (docs/evaluation.md) pools every scored request, so a tier that serves
+3 % of them cannot move the pooled NE much whatever it is worth. This reads a finished evaluation
+(``solaris evaluate``: ``metrics.json`` and each seed's ``scored.npz``) and the warehouse's events
+(``deltalake``, no Spark), and for every tier k compares, **on the requests tier k served**, the
+VM+SOLARIS model fed that value (``solaris_tiers1-k``) with the same model fed nothing
+(``solaris_none``), the VM baseline and the FM. Which tier served a request is read off the
+predictions: ``solaris_tiers1-k`` and ``solaris_tiers1-(k-1)`` differ exactly on the requests
+tier k served. 95 % intervals: users resampled (one draw for every seed and variant, so differences
+are paired), the statistic averaged over seeds.
+
+    .venv/bin/python bench/tier_strata.py --warehouse /tmp/wh --name t0-20001120T030000Z
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from solaris.evaluation.protocol import SOLARIS_NONE, ablation_variant
+from solaris.models.training import EventArrays
+from solaris.tiers import SERVING_ORDER, TIER_NAMES
+from solaris.timeutil import utc_stamp
+
+EPS = 1e-7
+
+
+def _events(warehouse: Path) -> EventArrays:
+    import pandas as pd
+    from deltalake import DeltaTable
+
+    frame = DeltaTable(str(warehouse / "events")).to_pandas(columns=["user_id", "item_id", "ts", "label"])
+    frame["ts"] = (pd.to_datetime(frame["ts"], utc=True) - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(seconds=1)
+    return EventArrays.from_frame(frame)
+
+
+def _log_loss(labels: np.ndarray, p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, EPS, 1 - EPS)
+    return -(labels * np.log(p) + (1 - labels) * np.log(1 - p))
+
+
+def _ne(draws: np.ndarray, user_loss: np.ndarray, user_n: np.ndarray, user_pos: np.ndarray) -> np.ndarray:
+    """NE for each resample (rows of ``draws``: how often each user is drawn)."""
+    n, pos = draws @ user_n, draws @ user_pos
+    rate = np.clip(pos / np.maximum(n, 1), EPS, 1 - EPS)
+    entropy = -(rate * np.log(rate) + (1 - rate) * np.log(1 - rate))
+    return (draws @ user_loss) / np.maximum(n, 1) / entropy
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--warehouse", type=Path, required=True)
+    parser.add_argument("--name", required=True, help="evaluation folder under <warehouse>/evaluation")
+    parser.add_argument("--resamples", type=int, default=1000)
+    args = parser.parse_args()
+    out = args.warehouse / "evaluation" / args.name
+    summary = json.loads((out / "metrics.json").read_text())
+    events = _events(args.warehouse)
+    labels_all, users_all, served_all, preds_all = [], [], [], []
+    for window in summary["windows"]:
+        t0, end = (datetime.fromisoformat(window[key]).timestamp() for key in ("t0", "end"))
+        scored = np.flatnonzero((events.ts > t0) & (events.ts <= end))
+        if scored.size != window["requests"]:
+            raise SystemExit(f"{scored.size} events in the scored window, the evaluation scored {window['requests']}")
+        seeds = [np.load(out / utc_stamp(datetime.fromisoformat(window["t0"])) / f"seed-{seed}" / "scored.npz")
+                 for seed in summary["seeds"]]
+        first = seeds[0]
+        served = np.zeros(scored.size, dtype=np.int64)  # tier that served each request (0: nothing)
+        previous = first[SOLARIS_NONE]
+        for tier in SERVING_ORDER:
+            current = first[ablation_variant(tier)]
+            served[current != previous] = tier
+            previous = current
+        labels_all.append(events.label[scored].astype(np.float64))
+        users_all.append(events.user_id[scored])
+        served_all.append(served)
+        preds_all.append([{k: s[k] for k in s.files} for s in seeds])
+    labels, users, served = (np.concatenate(x) for x in (labels_all, users_all, served_all))
+    n_seeds = len(summary["seeds"])
+    preds = [{k: np.concatenate([w[seed][k] for w in preds_all]) for k in preds_all[0][seed]}
+             for seed in range(n_seeds)]
+    codes, user_index = np.unique(users, return_inverse=True)
+    rng = np.random.default_rng(0)
+    draws = rng.multinomial(codes.size, np.full(codes.size, 1.0 / codes.size), size=args.resamples).astype(np.float64)
+    observed = np.ones((1, codes.size))
+    print(f"{labels.size:,} scored requests from {codes.size:,} users, {n_seeds} seeds, "
+          f"{args.resamples} user resamples")
+    print(f"{'served by':24} {'requests':>9} {'users':>6}  {'NE fm':>6} {'NE vm':>6} {'fed 0':>6} {'fed k':>6}   "
+          "fed k - fed nothing [95 %]")
+    for tier in SERVING_ORDER:
+        mask = served == tier
+        if not mask.any():
+            print(f"{tier} {TIER_NAMES[tier]:22} {0:>9}")
+            continue
+        fed = ablation_variant(tier)
+
+        def per_user(values: np.ndarray, mask: np.ndarray = mask) -> np.ndarray:
+            return np.bincount(user_index[mask], weights=values[mask], minlength=codes.size)
+
+        user_n, user_pos = per_user(np.ones(labels.size)), per_user(labels)
+        ne = {variant: np.mean([_ne(np.vstack([observed, draws]), per_user(_log_loss(labels, p[variant])), user_n,
+                                    user_pos) for p in preds], axis=0)
+              for variant in ("fm", "vm_baseline", SOLARIS_NONE, fed)}
+        difference = ne[fed] - ne[SOLARIS_NONE]
+        low, high = np.percentile(difference[1:], [2.5, 97.5])
+        print(f"{tier} {TIER_NAMES[tier]:22} {int(mask.sum()):>9,} {int((user_n > 0).sum()):>6}  "
+              f"{ne['fm'][0]:.4f} {ne['vm_baseline'][0]:.4f} {ne[SOLARIS_NONE][0]:.4f} {ne[fed][0]:.4f}   "
+              f"{difference[0]:+.4f} [{low:+.4f}, {high:+.4f}]")
+
+
+if __name__ == "__main__":
+    main()
