@@ -22,34 +22,19 @@ from pathlib import Path
 
 import numpy as np
 
+from solaris.evaluation.bootstrap import percentile_interval, resample_counts, user_codes, weighted_ne
 from solaris.evaluation.protocol import SOLARIS_NONE, ablation_variant
 from solaris.models.training import EventArrays
 from solaris.tiers import SERVING_ORDER, TIER_NAMES
 from solaris.timeutil import utc_stamp
 
-EPS = 1e-7
-
 
 def _events(warehouse: Path) -> EventArrays:
-    import pandas as pd
     from deltalake import DeltaTable
 
-    frame = DeltaTable(str(warehouse / "events")).to_pandas(columns=["user_id", "item_id", "ts", "label"])
-    frame["ts"] = (pd.to_datetime(frame["ts"], utc=True) - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(seconds=1)
-    return EventArrays.from_frame(frame)
-
-
-def _log_loss(labels: np.ndarray, p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, EPS, 1 - EPS)
-    return -(labels * np.log(p) + (1 - labels) * np.log(1 - p))
-
-
-def _ne(draws: np.ndarray, user_loss: np.ndarray, user_n: np.ndarray, user_pos: np.ndarray) -> np.ndarray:
-    """NE for each resample (rows of ``draws``: how often each user is drawn)."""
-    n, pos = draws @ user_n, draws @ user_pos
-    rate = np.clip(pos / np.maximum(n, 1), EPS, 1 - EPS)
-    entropy = -(rate * np.log(rate) + (1 - rate) * np.log(1 - rate))
-    return (draws @ user_loss) / np.maximum(n, 1) / entropy
+    return EventArrays.from_frame(
+        DeltaTable(str(warehouse / "events")).to_pandas(columns=["user_id", "item_id", "ts", "label"])
+    )
 
 
 def main() -> None:
@@ -84,11 +69,10 @@ def main() -> None:
     n_seeds = len(summary["seeds"])
     preds = [{k: np.concatenate([w[seed][k] for w in preds_all]) for k in preds_all[0][seed]}
              for seed in range(n_seeds)]
-    codes, user_index = np.unique(users, return_inverse=True)
-    rng = np.random.default_rng(0)
-    draws = rng.multinomial(codes.size, np.full(codes.size, 1.0 / codes.size), size=args.resamples).astype(np.float64)
-    observed = np.ones((1, codes.size))
-    print(f"{labels.size:,} scored requests from {codes.size:,} users, {n_seeds} seeds, "
+    codes, n_users = user_codes(users)
+    # row 0: the data as observed (every user once); then the resamples (draw counts per user)
+    counts = np.vstack([np.ones((1, n_users)), resample_counts(n_users, args.resamples, np.random.default_rng(0))])
+    print(f"{labels.size:,} scored requests from {n_users:,} users, {n_seeds} seeds, "
           f"{args.resamples} user resamples")
     print(f"{'served by':24} {'requests':>9} {'users':>6}  {'NE fm':>6} {'NE vm':>6} {'fed 0':>6} {'fed k':>6}   "
           "fed k - fed nothing [95 %]")
@@ -98,19 +82,18 @@ def main() -> None:
             print(f"{tier} {TIER_NAMES[tier]:22} {0:>9}")
             continue
         fed = ablation_variant(tier)
-
-        def per_user(values: np.ndarray, mask: np.ndarray = mask) -> np.ndarray:
-            return np.bincount(user_index[mask], weights=values[mask], minlength=codes.size)
-
-        user_n, user_pos = per_user(np.ones(labels.size)), per_user(labels)
-        ne = {variant: np.mean([_ne(np.vstack([observed, draws]), per_user(_log_loss(labels, p[variant])), user_n,
-                                    user_pos) for p in preds], axis=0)
-              for variant in ("fm", "vm_baseline", SOLARIS_NONE, fed)}
+        # resamples drawing none of this tier's users give NaN: percentile_interval counts them as undefined
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ne = {variant: np.mean([weighted_ne(labels[mask], p[variant][mask], codes[mask], counts) for p in preds],
+                                   axis=0)
+                  for variant in ("fm", "vm_baseline", SOLARIS_NONE, fed)}
         difference = ne[fed] - ne[SOLARIS_NONE]
-        low, high = np.percentile(difference[1:], [2.5, 97.5])
-        print(f"{tier} {TIER_NAMES[tier]:22} {int(mask.sum()):>9,} {int((user_n > 0).sum()):>6}  "
+        interval = percentile_interval(difference[0], difference[1:])
+        bounds = (f"[{interval.low:+.4f}, {interval.high:+.4f}]" if interval.bounded else
+                  f"[unbounded: undefined in {interval.undefined_share:.0%} of resamples]")
+        print(f"{tier} {TIER_NAMES[tier]:22} {int(mask.sum()):>9,} {np.unique(codes[mask]).size:>6}  "
               f"{ne['fm'][0]:.4f} {ne['vm_baseline'][0]:.4f} {ne[SOLARIS_NONE][0]:.4f} {ne[fed][0]:.4f}   "
-              f"{difference[0]:+.4f} [{low:+.4f}, {high:+.4f}]")
+              f"{difference[0]:+.4f} {bounds}")
 
 
 if __name__ == "__main__":

@@ -172,8 +172,9 @@ class TrainedModels:
 
 @dataclass(frozen=True)
 class ReplayOutcome:
-    """Step 2: the hourly cycle replayed over the window in the seed's warehouse."""
+    """Step 2: the hourly cycle replayed over the window in the replay's warehouse."""
 
+    seed: int  # the seed of the replay's FM and verifier (shared by every seed with evaluation.share_replay)
     ticks: int
     ticks_run: int  # 0 when every tick of a replay with the same fingerprint was already done
     cleared: bool  # tables of a replay with other settings were dropped first
@@ -413,7 +414,7 @@ def replay_window(
         spark.read.format("delta").load(config.table_path("events")).write.format("delta").save(target)
     ticks = window.ticks()
     cycles = replay.run(spark, seed_config, ticks[0], window.end, window.step_hours)
-    return ReplayOutcome(len(ticks), len(cycles), cleared, time.monotonic() - started)
+    return ReplayOutcome(seed_config.seed, len(ticks), len(cycles), cleared, time.monotonic() - started)
 
 
 def serve_requests(seed_config: SolarisConfig, rows: WindowRows, events: EventArrays) -> ServedFeatures:
@@ -530,7 +531,8 @@ def score_seed(
             "score_requests_s": predictions.seconds,
         },
         "models": {"versions": models.versions, "reused": list(models.reused)},
-        "replay": {"ticks": replayed.ticks, "ticks_run": replayed.ticks_run, "cleared": replayed.cleared},
+        "replay": {"seed": replayed.seed, "ticks": replayed.ticks, "ticks_run": replayed.ticks_run,
+                   "cleared": replayed.cleared},
         "requests": {
             "tail": int(rows.tail.size),
             "scored": int(rows.scored.size),
@@ -540,23 +542,28 @@ def score_seed(
     }
 
 
-def replay_seed_of(config: SolarisConfig, seed: int) -> int:
-    """The seed whose FM, verifier and replay serve ``seed``: ``config.seed`` when seeds share the replay."""
-    return config.seed if config.evaluation.share_replay else seed
+def replay_of(config: SolarisConfig, window_dir: Path, seed: int) -> tuple[int, Path]:
+    """The seed and folder of the FM, verifier and replay that serve ``seed`` in one window.
+
+    With ``evaluation.share_replay``: ``config.seed`` in ``<window>/replay`` for every seed;
+    without it, the seed's own folder.
+    """
+    if config.evaluation.share_replay:
+        return config.seed, window_dir / "replay"
+    return seed, window_dir / f"seed-{seed}"
 
 
 def evaluate_seed(
     spark: SparkSession, config: SolarisConfig, rows: WindowRows, events: EventArrays, features: Features,
-    seed: int, seed_dir: Path, replay_dir: Path,
+    seed: int, seed_dir: Path, replay_seed: int, replay_dir: Path,
 ) -> tuple[dict, dict[str, np.ndarray]]:
     """One seed of one window: train -> replay -> serve -> fine-tune -> predict -> score.
 
-    With ``evaluation.share_replay`` every seed of a window uses the serving FM, verifier, teacher
-    and replay of ``replay_dir`` (computed by the first seed that needs them, then reused by
-    fingerprint) and trains its own VMs; without it ``replay_dir`` is the seed's own folder.
+    The serving FM, verifier, teacher and replay are ``replay_seed``'s in ``replay_dir``
+    (:func:`replay_of`: shared by every seed of the window with ``evaluation.share_replay``, computed
+    by the first seed that needs them, then reused by fingerprint); the VMs are this seed's own.
     """
     window = rows.window
-    replay_seed = replay_seed_of(config, seed)
     seed_config = _seed_config(config, seed_dir, seed, len(window.ticks()))
     replay_config = _seed_config(config, replay_dir, replay_seed, len(window.ticks()))
     log.info(
@@ -570,7 +577,6 @@ def evaluate_seed(
     tuned = fine_tune(seed_config, rows, events, features, seed, models, served)
     predictions = predict_scored(rows, features, models, tuned, served)
     result = score_seed(spark, replay_config, rows, events, seed, models, replayed, served, tuned, predictions)
-    result["replay"]["seed"] = replay_seed
     return result, predictions.by_variant
 
 
@@ -699,10 +705,10 @@ def run(
         per_seed_predictions = []
         for seed in seeds:
             seed_dir = out_dir / utc_stamp(window.t0) / f"seed-{seed}"
-            replay_dir = out_dir / utc_stamp(window.t0) / "replay" if settings.share_replay else seed_dir
+            replay_seed, replay_dir = replay_of(config, seed_dir.parent, seed)
             fingerprint = evaluation.step_fingerprint(
                 config, "seed", t0=window.t0.isoformat(), seed=seed, data=rows.window_digest,
-                replay_seed=replay_seed_of(config, seed), variants=evaluation.VARIANTS,
+                replay_seed=replay_seed, variants=evaluation.VARIANTS,
             )
             if force:
                 for folder in {seed_dir, replay_dir} - forced:
@@ -717,7 +723,7 @@ def run(
             else:
                 started = time.monotonic()
                 result, predictions = evaluate_seed(spark, config, rows, events, features, seed, seed_dir,
-                                                    replay_dir)
+                                                    replay_seed, replay_dir)
                 result["cost"]["seed_wall_s"] = time.monotonic() - started
                 _save_seed(seed_dir, fingerprint, result, predictions)
                 log.info(
