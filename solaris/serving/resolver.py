@@ -42,7 +42,7 @@ from solaris.tiers import (
 )
 
 __all__ = ["TIER_IMPUTED", "TIER_IMPUTED_ITEM", "TIER_ITEM", "TIER_NEIGHBOR_PAIR", "TIER_NONE", "TIER_PAIR",
-           "TIER_USER", "KeyIndex", "Neighbors", "Resolver", "Tier", "TierTables", "UserRows"]
+           "TIER_USER", "IdRows", "KeyIndex", "Neighbors", "Resolver", "Tier", "TierTables"]
 
 
 def _seconds(value: datetime | ArrayLike) -> np.ndarray:
@@ -61,16 +61,38 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 _SPREAD = np.uint64(0xBF58476D1CE4E5B9)
 
 
-def _key(users: np.ndarray, items: np.ndarray | None) -> np.ndarray:
-    """One uint64 lookup key per row: a mix of the user id, or of (user, item) for pairs.
+def _ids(values: ArrayLike) -> np.ndarray:
+    """int64 ids seen as uint64 (no copy): uint64 array arithmetic wraps silently."""
+    return np.asarray(values, dtype=np.int64).view(np.uint64)
 
-    Both end in a multiplication by an odd constant, which spreads the ids over the top bits: the
-    radix directory of :class:`Tier` buckets keys by their top bits, so consecutive ids (user tiers)
-    must not all land in one bucket."""
-    u = np.asarray(users, dtype=np.int64).astype(np.uint64)  # uint64 array arithmetic wraps silently
-    if items is None:
-        return (u ^ (u >> np.uint64(29))) * _SPREAD
-    i = np.asarray(items, dtype=np.int64).astype(np.uint64)
+
+def _user_key(users: ArrayLike) -> np.ndarray:
+    """The lookup key of a single id (user or item).
+
+    It ends in a multiplication by an odd constant, which spreads the ids over the top bits: the
+    radix directory of :class:`KeyIndex` buckets keys by their top bits, so consecutive ids must not
+    all land in one bucket. Both steps (xor with a right shift, multiplication by an odd number
+    modulo 2**64) are invertible, so the key is a bijection of the id: equal keys mean equal ids and
+    a found key needs no re-check of the id."""
+    u = _ids(users)
+    return (u ^ (u >> np.uint64(29))) * _SPREAD
+
+
+def _fits_32_bits(users: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """Whether both ids of each pair are in [0, 2**32) (a negative int64 has its top bit set)."""
+    return ((_ids(users) | _ids(items)) >> np.uint64(32)) == 0
+
+
+def _pair_key(users: ArrayLike, items: ArrayLike, exact: bool) -> np.ndarray:
+    """The lookup key of a (user, item) pair.
+
+    ``exact`` (both ids below 2**32, the usual dictionary-encoded ids): ``(user << 32 | item)``
+    times an odd constant, a bijection of the pair - a found key is the pair, no id re-check, and
+    only the query side must be checked to fit in 32 bits. Otherwise a mix of both ids, where two
+    pairs can share a key: the caller re-checks both ids of a hit."""
+    u, i = _ids(users), _ids(items)
+    if exact:
+        return ((u << np.uint64(32)) | i) * _SPREAD
     mixed = (u * _MIX) ^ (i + (u << np.uint64(17)) + (u >> np.uint64(13)))
     return mixed * _SPREAD
 
@@ -86,9 +108,20 @@ class KeyIndex:
     the neighbour-pair tier (k lookups per open request) affordable."""
 
     keys: np.ndarray  # uint64, sorted
-    start: np.ndarray  # int32/int64 [2**bits + 1]
+    start: np.ndarray  # int64 [2**bits + 1]
     shift: int  # a key's bucket is key >> shift
     width: int  # the largest bucket
+    # ``keys`` followed by ``width`` copies of its last key, so a scan of ``width`` slots from any
+    # bucket start stays in bounds without a per-query clamp (a copy sits after the real key, so the
+    # first match is always the real one)
+    padded: np.ndarray = field(repr=False, compare=False)
+    probe: np.ndarray = field(repr=False, compare=False)  # arange(width)
+    # one bit per fine bucket (8 per key, the key's next top bits): whether any key lives there. It
+    # fits in a core's cache where the directory and the keys do not, so a query that misses (most
+    # of the neighbour-pair tier's k lookups per request) is answered without two random reads of
+    # main memory; about one miss in nine still reaches the directory
+    occupied: np.ndarray = field(repr=False, compare=False)
+    fine_shift: int = 64
 
     @classmethod
     def build(cls, sorted_keys: np.ndarray) -> "KeyIndex":
@@ -96,9 +129,14 @@ class KeyIndex:
         bits = max(1, int(np.ceil(np.log2(max(keys.size, 2)))))  # about one key per bucket
         shift = 64 - bits
         buckets = (keys >> np.uint64(shift)).astype(np.int64)
-        start = np.searchsorted(buckets, np.arange((1 << bits) + 1), side="left")
+        start = np.searchsorted(buckets, np.arange((1 << bits) + 1), side="left").astype(np.int64)
         width = int(np.diff(start).max(initial=0))
-        return cls(keys, start.astype(np.int32 if keys.size < 2**31 else np.int64), shift, width)
+        padded = np.concatenate([keys, np.repeat(keys[-1:], width)]) if keys.size else keys
+        fine_shift = shift - 3
+        fine = np.zeros(1 << (64 - fine_shift), dtype=bool)
+        fine[(keys >> np.uint64(fine_shift)).astype(np.int64)] = True
+        occupied = np.packbits(fine, bitorder="little")  # bit (b & 7) of byte (b >> 3) is fine bucket b
+        return cls(keys, start, shift, width, padded, np.arange(width, dtype=np.int64), occupied, fine_shift)
 
     def __len__(self) -> int:
         return int(self.keys.size)
@@ -110,14 +148,59 @@ class KeyIndex:
         if self.width > _MAX_BUCKET_SCAN:  # keys that defeat the mix (not ids): plain binary search
             position = np.minimum(np.searchsorted(self.keys, query), self.keys.size - 1)
             return np.where(self.keys[position] == query, position, -1)
-        first = self.start[(query >> np.uint64(self.shift)).astype(np.int64)].astype(np.int64)
-        # compare each query with the largest bucket's worth of keys from its bucket's start, in one
-        # gather (no per-step loop: numpy's per-call overhead, not memory, dominates a 100-pair
-        # request). A key read past the bucket's end belongs to a later bucket, whose top bits differ
-        # from the query's, so it can never match: no per-query bound is needed.
-        slots = np.minimum(first[:, None] + np.arange(self.width), self.keys.size - 1)
-        match = self.keys[slots] == query[:, None]
-        return np.where(match.any(axis=1), first + match.argmax(axis=1), -1)
+        fine = query >> np.uint64(self.fine_shift)
+        maybe = np.flatnonzero((self.occupied[fine >> np.uint64(3)] >> (fine & np.uint64(7)).astype(np.uint8)) & 1)
+        candidates = query[maybe]
+        first = self.start[candidates >> np.uint64(self.shift)]
+        # compare each candidate with the largest bucket's worth of keys from its bucket's start, in
+        # one gather (no per-step loop: numpy's per-call overhead dominates a 100-pair request). A key
+        # read past the bucket's end belongs to a later bucket, whose top bits differ from the
+        # query's, so it can never match: no per-query bound is needed.
+        match = self.padded[first[:, None] + self.probe] == candidates[:, None]
+        position = np.full(query.size, -1, dtype=np.int64)
+        position[maybe] = np.where(match.any(axis=1), first + match.argmax(axis=1), -1)
+        return position
+
+
+# ids up to this many times the number of rows (plus a floor) get a direct directory
+_DENSE_SLACK, _DENSE_FLOOR = 4, 1 << 16
+
+
+@dataclass(frozen=True)
+class IdRows:
+    """One lookup for every table keyed by the same id: for each id, its row in each table (-1 where
+    absent). Built once per snapshot, it turns one lookup per tier into one per request side (the
+    user tiers 3, 4 and the neighbour graph; the item tiers 5 and 6): at 100 pairs per request,
+    numpy's per-call overhead, not memory, is the cost.
+
+    Ids are usually dictionary-encoded (small non-negative integers), so when the largest id is at
+    most a few times the number of ids the directory is a plain array indexed by id - one gather per
+    lookup; other ids (hashes, 60-bit keys) go through the radix :class:`KeyIndex`."""
+
+    rows: np.ndarray  # int64 [n, m]: dense -> indexed by id, last row all -1; else in index order
+    index: KeyIndex | None  # None = dense directory
+
+    @classmethod
+    def build(cls, ids: np.ndarray, rows: np.ndarray) -> "IdRows":
+        """From each distinct id and its ``rows`` [n, m]."""
+        ids = np.asarray(ids, dtype=np.int64)
+        rows = np.asarray(rows, dtype=np.int64)
+        if ids.size == 0 or (ids.min() >= 0 and ids.max() < _DENSE_SLACK * ids.size + _DENSE_FLOOR):
+            size = int(ids.max()) + 1 if ids.size else 0
+            dense = np.full((size + 1, rows.shape[1]), -1, dtype=np.int64)
+            dense[ids] = rows
+            return cls(dense, None)
+        keys = _user_key(ids)
+        order = np.argsort(keys, kind="stable")
+        return cls(rows[order], KeyIndex.build(keys[order]))
+
+    def find(self, ids: np.ndarray) -> np.ndarray:
+        """[n, m] rows of each id, -1 where absent."""
+        if self.index is None:
+            unknown = self.rows.shape[0] - 1  # the all -1 row
+            return self.rows[np.where((ids >= 0) & (ids < unknown), ids, unknown)]
+        position = self.index.find(_user_key(ids))  # the key is a bijection of the id: no re-check
+        return np.where((position >= 0)[:, None], self.rows[np.maximum(position, 0)], -1)
 
 
 @dataclass(frozen=True)
@@ -132,6 +215,7 @@ class Tier:
     embeddings: np.ndarray  # float32 [n, D], in key order
     computed_at: np.ndarray  # epoch seconds
     expires_at: np.ndarray  # epoch seconds
+    exact: bool = True  # keys identify rows (single ids; pairs with 32-bit ids): hits need no id re-check
 
     @classmethod
     def build(
@@ -140,14 +224,15 @@ class Tier:
     ) -> "Tier":
         users = np.asarray(keys[0], dtype=np.int64)
         items = np.asarray(keys[1], dtype=np.int64) if len(keys) == 2 else None
-        lookup = _key(users, items)
+        exact = items is None or bool(_fits_32_bits(users, items).all())
+        lookup = _user_key(users) if items is None else _pair_key(users, items, exact)
         order = np.argsort(lookup, kind="stable")
         lookup = lookup[order]
         if lookup.size and (lookup[1:] == lookup[:-1]).any():
             raise ValueError("tier keys must be unique (latest row per key)")
         return cls(KeyIndex.build(lookup), users[order], None if items is None else items[order],
                    np.asarray(embeddings, dtype=np.float32)[order], _seconds(computed_at)[order],
-                   _seconds(expires_at)[order])
+                   _seconds(expires_at)[order], exact)
 
     @classmethod
     def empty(cls, dim: int, keyed_by_pair: bool) -> "Tier":
@@ -158,14 +243,17 @@ class Tier:
         return len(self.index)
 
     def find(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
-        """Row of each query in this tier, -1 when absent (ids re-checked: a key collision costs a miss)."""
+        """Row of each query in this tier, -1 when absent (without exact keys, ids re-checked: a key
+        collision costs a miss, never a wrong value)."""
         if not len(self.index):
             return np.full(users.size, -1, dtype=np.int64)
-        position = self.index.find(_key(users, items if self.items is not None else None))
+        if self.items is None:
+            return self.index.find(_user_key(users))
+        if self.exact:
+            return np.where(_fits_32_bits(users, items), self.index.find(_pair_key(users, items, True)), -1)
+        position = self.index.find(_pair_key(users, items, False))
         safe = np.maximum(position, 0)
-        found = (position >= 0) & (self.users[safe] == users)
-        if self.items is not None:
-            found &= self.items[safe] == items
+        found = (position >= 0) & (self.users[safe] == users) & (self.items[safe] == items)
         return np.where(found, position, -1)
 
 
@@ -201,7 +289,7 @@ class Neighbors:
         sims = np.full((users.size, k), -np.inf, dtype=np.float32)
         ids[rows, columns] = np.asarray(flat_neighbor_ids, dtype=np.int64)[flat]
         sims[rows, columns] = np.asarray(flat_similarities, dtype=np.float32)[flat]
-        keys = _key(users, None)
+        keys = _user_key(users)
         order = np.argsort(keys, kind="stable")
         keys = keys[order]
         if keys.size and (keys[1:] == keys[:-1]).any():
@@ -212,42 +300,24 @@ class Neighbors:
         """Row of each user, -1 when the user has no neighbour row."""
         if not len(self.index):
             return np.full(users.size, -1, dtype=np.int64)
-        position = self.index.find(_key(users, None))
-        return np.where((position >= 0) & (self.user_ids[np.maximum(position, 0)] == users), position, -1)
+        return self.index.find(_user_key(users))  # the key is a bijection of the id: no re-check
 
 
-@dataclass(frozen=True)
-class UserRows:
-    """One lookup for every user-keyed table of a snapshot: a user's row in the user aggregates, the
-    imputed users and the neighbour graph (-1 where absent). Built once per snapshot, it turns three
-    lookups per request into one - at 100 pairs per request, numpy's per-call overhead is the cost."""
-
-    index: KeyIndex
-    user_ids: np.ndarray  # int64, in index order
-    rows: np.ndarray  # int64 [n, 3]: aggregate, imputed, graph row
-
-    @classmethod
-    def build(cls, aggregates: Tier, imputed: Tier, graph: Neighbors | None) -> "UserRows":
-        graph_users = graph.user_ids if graph is not None else np.empty(0, np.int64)
-        ids = np.unique(np.concatenate([aggregates.users, imputed.users, graph_users]))
-        keys = _key(ids, None)
-        order = np.argsort(keys, kind="stable")
-        ids, keys = ids[order], keys[order]
-        empty = np.empty(0, np.int64)
-        rows = np.stack([aggregates.find(ids, empty), imputed.find(ids, empty),
-                         graph.find(ids) if graph is not None else np.full(ids.size, -1, np.int64)], axis=1)
-        return cls(KeyIndex.build(keys), ids, rows)
-
-    def find(self, users: np.ndarray) -> np.ndarray:
-        """[n, 3] rows (aggregate, imputed, graph) of each user, -1 where absent."""
-        if not len(self.index):
-            return np.full((users.size, 3), -1, dtype=np.int64)
-        position = self.index.find(_key(users, None))
-        known = (position >= 0) & (self.user_ids[np.maximum(position, 0)] == users)
-        return np.where(known[:, None], self.rows[np.maximum(position, 0)], -1)
+def _rows_by_id(tables: list[Tier | None], graph: Neighbors | None = None, graph_column: bool = False) -> IdRows:
+    """The :class:`IdRows` of the id-keyed ``tables`` (and, with ``graph_column``, the neighbour
+    graph's row as a last column, -1 everywhere without a graph)."""
+    present = [table for table in tables if table is not None]
+    graph_users = [graph.user_ids] if graph is not None else []
+    ids = np.unique(np.concatenate([*(table.users for table in present), *graph_users, np.empty(0, np.int64)]))
+    empty = np.empty(0, np.int64)
+    columns = [table.find(ids, empty) if table is not None else np.full(ids.size, -1, np.int64) for table in tables]
+    if graph_column:
+        columns.append(graph.find(ids) if graph is not None else np.full(ids.size, -1, np.int64))
+    return IdRows.build(ids, np.stack(columns, axis=1))
 
 
-_AGGREGATE_ROW, _IMPUTED_ROW, _GRAPH_ROW = 0, 1, 2
+_AGGREGATE_ROW, _IMPUTED_ROW, _GRAPH_ROW = 0, 1, 2  # columns of TierTables.user_rows
+_ITEM_ROW, _IMPUTED_ITEM_ROW = 0, 1  # columns of TierTables.item_rows
 
 
 @dataclass(frozen=True)
@@ -263,10 +333,13 @@ class TierTables:
     item_side: Tier | None = None
     neighbors: Neighbors | None = None
     imputed_items: Tier | None = None
-    user_rows: UserRows = field(init=False, repr=False, compare=False)
+    user_rows: IdRows = field(init=False, repr=False, compare=False)
+    item_rows: IdRows = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "user_rows", UserRows.build(self.users, self.imputed, self.neighbors))
+        user_rows = _rows_by_id([self.users, self.imputed], self.neighbors, graph_column=True)
+        object.__setattr__(self, "user_rows", user_rows)
+        object.__setattr__(self, "item_rows", _rows_by_id([self.item_side, self.imputed_items]))
 
     def _neighbor_pairs(
         self, graph_rows: np.ndarray, items: np.ndarray, now_s: np.ndarray
@@ -287,13 +360,20 @@ class TierTables:
         safe = np.maximum(position, 0)
         usable = ((position >= 0) & (neighbours >= 0) & (weights >= graph.min_similarity) & (weights > 0)
                   & (now_s[:, None] < self.pairs.expires_at[safe]))
-        enough = usable.sum(axis=1) >= graph.min_neighbors
+        usable_count = usable.sum(axis=1)
+        enough = usable_count >= graph.min_neighbors
         if not enough.any():
             return found, out, age
-        w = np.where(usable, weights, np.float32(0))[enough]
-        vectors = self.pairs.embeddings[safe[enough]]  # [m', k, D] float32
-        mean = np.einsum("mk,mkd->md", w, vectors) / w.sum(axis=1, keepdims=True)
-        newest = np.where(usable[enough], self.pairs.computed_at[safe[enough]], -np.inf).max(axis=1)
+        # gather only the usable neighbours' rows (usually one or two of k): the embeddings are the
+        # one large random read of a request, so reading k rows per request would cost k times more
+        request, column = np.nonzero(usable & enough[:, None])  # row-major: grouped by request
+        rows = safe[request, column]
+        w = weights[request, column]
+        counts = usable_count[enough]
+        starts = np.cumsum(counts) - counts
+        sums = np.add.reduceat(self.pairs.embeddings[rows] * w[:, None], starts, axis=0)
+        mean = sums / np.add.reduceat(w, starts)[:, None]
+        newest = np.maximum.reduceat(self.pairs.computed_at[rows], starts)
         found[enough] = True
         out[enough] = mean
         age[enough] = now_s[enough] - newest
@@ -317,6 +397,7 @@ class TierTables:
         tier = np.zeros(n, dtype=np.int8)
         age = np.full(n, np.nan, dtype=np.float64)
         user_rows = self.user_rows.find(users)
+        item_rows: np.ndarray | None = None  # looked up at the first item tier, for the requests still open
         open_ = np.arange(n)  # requests not served yet, shrinking tier by tier
         for code in SERVING_ORDER:
             if not open_.size:
@@ -336,7 +417,10 @@ class TierTables:
             if code == TIER_USER or code == TIER_IMPUTED:
                 position = user_rows[open_, _AGGREGATE_ROW if code == TIER_USER else _IMPUTED_ROW]
             elif code == TIER_ITEM or code == TIER_IMPUTED_ITEM:
-                position = table.find(items[open_], items[open_])
+                if item_rows is None:  # one lookup serves both item tiers
+                    item_rows = np.full((n, 2), -1, dtype=np.int64)
+                    item_rows[open_] = self.item_rows.find(items[open_])
+                position = item_rows[open_, _ITEM_ROW if code == TIER_ITEM else _IMPUTED_ITEM_ROW]
             else:
                 position = table.find(users[open_], items[open_])
             safe = np.maximum(position, 0)

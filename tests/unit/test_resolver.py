@@ -12,6 +12,7 @@ from solaris.serving.resolver import (
     TIER_NONE,
     TIER_PAIR,
     TIER_USER,
+    IdRows,
     KeyIndex,
     Neighbors,
     Resolver,
@@ -223,3 +224,34 @@ def test_key_index_falls_back_to_binary_search_when_one_bucket_holds_everything(
     assert index.width > 64
     np.testing.assert_array_equal(index.find(keys), np.arange(keys.size))
     assert (index.find(keys + np.uint64(1)) == -1).all()
+
+
+def test_id_directory_is_the_same_dense_or_hashed():
+    """Compact ids get a directory indexed by id, others the radix index: both give every id its
+    rows and -1 for ids that are absent, negative or beyond the largest."""
+    rng = np.random.default_rng(5)
+    ids = np.unique(rng.integers(0, 5000, 800))
+    rows = np.stack([np.arange(ids.size), np.where(np.arange(ids.size) % 3 == 0, -1, np.arange(ids.size) * 7)], axis=1)
+    dense = IdRows.build(ids, rows)
+    hashed = IdRows.build(np.append(ids, 2**60), np.vstack([rows, [[5, 5]]]))
+    assert dense.index is None and hashed.index is not None
+    queries = np.concatenate([ids, [-1, -2**62, 5000, 10**9, 2**62], np.setdiff1d(np.arange(5000), ids)[:100]])
+    expected = np.full((queries.size, 2), -1)
+    expected[: ids.size] = rows
+    np.testing.assert_array_equal(dense.find(queries), expected)
+    np.testing.assert_array_equal(hashed.find(queries), expected)
+    assert (IdRows.build(np.empty(0, np.int64), np.empty((0, 2), np.int64)).find(queries) == -1).all()
+
+
+def test_exact_pair_keys_never_match_ids_outside_32_bits():
+    """A pair tier of 32-bit ids keys a pair exactly, without re-checking ids: a query whose ids do not
+    fit in 32 bits (which would share the low bits of a stored pair) must miss, not alias."""
+    t = NOW.timestamp()
+    pairs = Tier.build([np.array([1, 2]), np.array([10, 20])], [[1.0], [2.0]], [t, t], [t + H, t + H])
+    assert pairs.exact
+    users = np.array([1, 2, 1 + 2**32, 2 - 2**32, -1, 1])
+    items = np.array([10, 20, 10, 20, 10, 10 + 2**32])
+    found = pairs.find(users, items)
+    assert (found[:2] >= 0).all() and (found[2:] == -1).all()  # without the 32-bit check, rows 2, 3, 5 alias
+    assert pairs.users[found[:2]].tolist() == [1, 2] and pairs.items[found[:2]].tolist() == [10, 20]
+    assert not Tier.build([np.array([2**40]), np.array([1])], [[1.0]], [t], [t + H]).exact
