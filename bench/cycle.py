@@ -18,6 +18,13 @@ from ``statusTracker``) and of Delta commits it made (new files in every table's
 ``other`` is what the tick did outside the stages (the batched ``runs`` MERGE, caching the
 tick's events).
 
+With ``--event-log DIR`` Spark also writes its event log there, and the bench splits each stage's
+median wall seconds into *Spark-busy* seconds (at least one Spark job running: the union of the
+stage's job intervals) and *driver* seconds (no job running: Python, planning, Delta's log work on
+the driver), and names the job kinds that took the most time (Delta's own job descriptions, else
+the SQL execution's or the first Spark stage's name) - where a tick's seconds go, before deciding
+what to cut.
+
     .venv/bin/python bench/cycle.py --warehouse warehouse --start 2000-12-01T00:00:00Z --ticks 6
 """
 
@@ -25,13 +32,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 
 class CycleCounter:
@@ -42,10 +51,12 @@ class CycleCounter:
     a change to the stage removes.
     """
 
+    _serial = 0  # across ticks, so every stage of every tick has its own job group
+
     def __init__(self, spark, warehouse: Path) -> None:
         self.spark, self.warehouse = spark, warehouse
         self.counts: dict[str, dict[str, int]] = {}
-        self._serial = 0
+        self.groups: dict[str, str] = {}  # job group -> stage name
 
     def commits(self) -> dict[str, int]:
         """Commit files per Delta table under the warehouse (``_delta_log/<version>.json``)."""
@@ -60,8 +71,9 @@ class CycleCounter:
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
-        self._serial += 1
-        group = f"bench-cycle-{self._serial}-{name}"
+        CycleCounter._serial += 1
+        group = f"bench-cycle-{CycleCounter._serial}-{name}"
+        self.groups[group] = name
         context = self.spark.sparkContext
         before = self.commits()
         outer = context.getLocalProperty("spark.jobGroup.id")  # the tick's group around a stage's
@@ -77,6 +89,88 @@ class CycleCounter:
             self.counts[name] = {"jobs": jobs, "spark_stages": stages, "tasks": tasks,
                                  "commits": sum(per_table.values()),
                                  **{f"commits:{table}": n for table, n in per_table.items()}}
+
+
+@dataclass
+class GroupTime:
+    """The Spark jobs of one job group in an event log: how many, the seconds at least one of them
+    ran (overlapping jobs - AQE runs query stages side by side - count once) and seconds per kind."""
+
+    jobs: int = 0
+    busy_seconds: float = 0.0
+    seconds_by_kind: dict[str, float] = field(default_factory=dict)
+
+
+def job_time_by_group(lines: Iterable[str]) -> dict[str, GroupTime]:
+    """Per job group, the jobs of a Spark event log (JSON lines): count, busy seconds, kinds."""
+    sql_description: dict[int, str] = {}
+    started: dict[int, tuple[str, float, str]] = {}
+    intervals: dict[str, list[tuple[float, float]]] = {}
+    groups: dict[str, GroupTime] = {}
+    for line in lines:
+        event = json.loads(line)
+        kind = event.get("Event", "")
+        if kind.endswith("SQLExecutionStart"):
+            sql_description[int(event["executionId"])] = event.get("description", "")
+        elif kind == "SparkListenerJobStart":
+            properties = event.get("Properties") or {}
+            group = properties.get("spark.jobGroup.id")
+            if group is None:
+                continue
+            execution = properties.get("spark.sql.execution.id")
+            stages = event.get("Stage Infos") or [{}]
+            # Delta names its jobs ("Delta: <stage>: Filtering files for query"); the others carry the
+            # bench's stage name as description (and so as SQL description), so their Spark stage's
+            # call site says more ("collect at jobs/score.py:227"; AQE's query stages run from a future)
+            description = properties.get("spark.job.description") or ""
+            site = stages[-1].get("Stage Name", "?")
+            if execution is not None and sql_description.get(int(execution), description) != description:
+                site = sql_description[int(execution)]
+            label = description if ":" in description or " - " in description else (
+                "AQE query stage" if "withThreadLocalCaptured" in site else site)
+            started[event["Job ID"]] = (group, event["Submission Time"] / 1000, " ".join(label.split())[:60])
+        elif kind == "SparkListenerJobEnd" and event["Job ID"] in started:
+            group, start, label = started.pop(event["Job ID"])
+            end = event["Completion Time"] / 1000
+            times = groups.setdefault(group, GroupTime())
+            times.jobs += 1
+            times.seconds_by_kind[label] = times.seconds_by_kind.get(label, 0.0) + end - start
+            intervals.setdefault(group, []).append((start, end))
+    for group, spans in intervals.items():
+        busy, current = 0.0, None
+        for start, end in sorted(spans):
+            if current is None or start > current[1]:
+                busy += 0.0 if current is None else current[1] - current[0]
+                current = [start, end]
+            else:
+                current[1] = max(current[1], end)
+        groups[group].busy_seconds = busy + (current[1] - current[0] if current is not None else 0.0)
+    return groups
+
+
+def print_event_log_split(directory: Path, rows: list[dict], names: list[str]) -> None:
+    """Median wall / Spark-busy / driver seconds per stage and its costliest job kinds (event log)."""
+    files = sorted(path for path in directory.rglob("*") if path.is_file() and not path.name.startswith("."))
+    lines = [line for path in files if "events" in path.name or path.name.startswith("local-")
+             for line in path.read_text().splitlines() if line.strip()]
+    times = job_time_by_group(lines)
+    print("\nper stage, median over the ticks (Spark event log):  wall  spark-busy  driver  | costliest job kinds (s)")
+    for name in names:
+        walls, busy, kinds = [], [], {}
+        for row in rows:
+            group = next((g for g, stage in row["groups"].items() if stage == name), None)
+            if group is None:
+                continue
+            spent = times.get(group, GroupTime())
+            walls.append(row["seconds"].get(name, 0.0))
+            busy.append(spent.busy_seconds)
+            for kind, seconds in spent.seconds_by_kind.items():
+                kinds[kind] = kinds.get(kind, 0.0) + seconds / len(rows)
+        if not walls:
+            continue
+        wall, spark_busy = statistics.median(walls), statistics.median(busy)
+        top = "; ".join(f"{kind} {seconds:.1f}" for kind, seconds in sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
+        print(f"{name:<20} {wall:>6.1f} {spark_busy:>11.1f} {max(wall - spark_busy, 0.0):>7.1f}  | {top}")
 
 
 def prepare(source: Path, work: Path) -> None:
@@ -149,7 +243,16 @@ def main() -> None:
     parser.add_argument("--work-dir", default="/tmp/solaris-bench-cycle")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--event-log", help="write Spark's event log to this (emptied) folder and split each "
+                                            "stage's seconds into Spark-busy and driver time")
     args = parser.parse_args()
+    if args.event_log:  # read when the JVM starts, i.e. by get_spark below
+        log_dir = Path(args.event_log).resolve()
+        shutil.rmtree(log_dir, ignore_errors=True)
+        log_dir.mkdir(parents=True)
+        os.environ["PYSPARK_SUBMIT_ARGS"] = (
+            f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{log_dir} "
+            "--conf spark.eventLog.compress=false --conf spark.eventLog.rolling.enabled=false pyspark-shell")
 
     from solaris.config import load_config
     from solaris.pipeline import STAGE_NAMES, run_cycle, tick_schedule
@@ -185,7 +288,8 @@ def main() -> None:
                      "total": cycle.total_seconds, "pairs": cycle.candidates.pairs, "written": cycle.score.written,
                      "coverage_tiers1_3": cycle.coverage.cumulative(3), "requests": cycle.coverage.requests,
                      "knn_recall": cycle.knn.recall, "aggregated_users": cycle.user_aggregates.users,
-                     "imputed": cycle.impute.imputed, "verified_hit_rate": cycle.hit_rate.verified.hit_rate})
+                     "imputed": cycle.impute.imputed, "verified_hit_rate": cycle.hit_rate.verified.hit_rate,
+                     "groups": counter.groups})
         print(f"{tick:%Y-%m-%d %H:%M}Z     " + " ".join(f"{cycle.seconds.get(name, 0.0):>10.1f}" for name in columns)
               + f" {cycle.total_seconds:>10.1f} {cycle.candidates.pairs:>7,}", flush=True)
     medians = {name: statistics.median(row["seconds"].get(name, 0.0) for row in rows) for name in columns}
@@ -204,6 +308,9 @@ def main() -> None:
         print(f"{row['as_of']}  {row['written']:>7,} {row['verified_hit_rate'] or 0:>7.4f} "
               f"{row['aggregated_users']:>6,} {row['imputed']:>6,} {row['knn_recall']:>7.4f} "
               f"{row['coverage_tiers1_3']:>7.4f}")
+    if args.event_log:
+        spark.stop()  # flushes the event log
+        print_event_log_split(Path(args.event_log), rows, [*columns[:2], *columns[3:-1]])
     if args.json:
         Path(args.json).write_text(json.dumps({"ticks": rows, "median_stage_seconds": medians,
                                                "median_tick_seconds": median_tick,

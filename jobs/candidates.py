@@ -98,9 +98,8 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     from pyspark.sql import functions as F
 
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
-    from solaris.precompute.spark_features import user_histories, visible_events
+    from solaris.precompute.spark_features import user_vectors, visible_events
     from solaris.storage.embedding_codec import decode
-    from solaris.udfs.knn import REPRESENTATION_SCHEMA, make_user_representer
     from solaris.udfs.retrieval import ITEM_SCHEMA, RETRIEVAL_SCHEMA, make_item_averager, make_retriever
 
     rules, dim = config.precompute.candidates, config.model.embedding_dim
@@ -117,16 +116,16 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     active = events.where(F.col("ts") > F.lit(as_of - timedelta(hours=rules.lookback_hours))).select("user_id")
     if only_users is not None:
         active = active.join(only_users.select("user_id"), "user_id", "left_semi")
-    users = window.select("user_id").union(active).distinct()
-    representer = make_user_representer(str(fm_dir), dim, config.model.history_length, int(as_of.timestamp()),
-                                        config.precompute.model_batch_size, config.precompute.torch_threads)
-    vectors = (user_histories(events, users, config.model.history_length)
-               .mapInArrow(representer, REPRESENTATION_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK))
+    # the fast lane represents only the users it needs; the hourly cycle shares every user's vector
+    # with the KNN stage of the same tick (user_vectors), a superset that the joins below narrow
+    wanted = window.select("user_id").union(active).distinct() if only_users is not None else None
+    vectors, owned = user_vectors(spark, config, as_of, str(fm_dir), wanted)
     items = (window.select("user_id", "item_id").distinct().join(vectors, "user_id")
              .groupBy("item_id").applyInPandas(make_item_averager(dim), ITEM_SCHEMA)
              .orderBy("item_id").toArrow())  # the catalog's vectors: one row per item, like KNN's centroids
     if items.num_rows == 0:
-        vectors.unpersist()
+        if owned:
+            vectors.unpersist()
         return empty
     item_ids = items.column("item_id").to_numpy()
     broadcast = spark.sparkContext.broadcast((item_ids, decode(items.column("vector"), dim)))
@@ -136,7 +135,8 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     parts = queries.mapInArrow(make_retriever(broadcast, dim, rules.source_items), RETRIEVAL_SCHEMA)
     parts = parts.persist(StorageLevel.MEMORY_AND_DISK)
     parts.count()  # materialise, so the user vectors can go
-    vectors.unpersist()
+    if owned:
+        vectors.unpersist()
     broadcast.unpersist()
     _CACHED.append(parts)
     return parts

@@ -89,16 +89,14 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
 
     from solaris.enrichment import knn
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
-    from solaris.precompute.spark_features import user_histories, visible_events
+    from solaris.precompute.spark_features import user_vectors
     from solaris.runtime import JobInputError
     from solaris.storage.tables import RunRecord, with_commit_retry
     from solaris.udfs.knn import (
         ASSIGNMENT_SCHEMA,
         CANDIDATE_SCHEMA,
-        REPRESENTATION_SCHEMA,
         make_cluster_assigner,
         make_cluster_searcher,
-        make_user_representer,
     )
 
     started = time.perf_counter()
@@ -106,11 +104,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     fm_dir = resolve_checkpoint(config.resolve_under_warehouse(fm_path or config.precompute.fm_checkpoint))
     _, fm_meta = load_checkpoint(fm_dir, "fm", dim)
     record = RunRecord(run_id=run_id, job="knn", as_of=as_of)
-    events = visible_events(spark, config, as_of)
-    histories = user_histories(events, events.select("user_id").distinct(), config.model.history_length)
-    representer = make_user_representer(str(fm_dir), dim, config.model.history_length, int(as_of.timestamp()),
-                                        config.precompute.model_batch_size, config.precompute.torch_threads)
-    vectors = histories.mapInArrow(representer, REPRESENTATION_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    vectors, owned = user_vectors(spark, config, as_of, str(fm_dir))  # shared with candidates inside a tick
     neighbors = None
     try:
         n_users = vectors.count()
@@ -175,7 +169,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     finally:
         if neighbors is not None:
             neighbors.unpersist()
-        vectors.unpersist()
+        if owned:
+            vectors.unpersist()
 
 
 def _index_dir(config: SolarisConfig, fm_version: str) -> Path:

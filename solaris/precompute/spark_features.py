@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # (events table path, as_of) -> the cached visible events of the tick being run (see tick_events).
 _TICK_EVENTS: dict[tuple[str, datetime], Any] = {}
+# (events table path, as_of, FM checkpoint folder) -> the tick's FM user representations (see user_vectors).
+_TICK_VECTORS: dict[tuple[str, datetime, str], Any] = {}
 EVENT_COLUMNS = ("user_id", "item_id", "ts", "label")
 
 
@@ -56,6 +58,39 @@ def tick_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> 
     finally:
         del _TICK_EVENTS[key]
         frame.unpersist()
+        for vectors_key in [entry for entry in _TICK_VECTORS if entry[:2] == key]:
+            _TICK_VECTORS.pop(vectors_key).unpersist()
+
+
+def user_vectors(spark: SparkSession, config: SolarisConfig, as_of: datetime, fm_dir: str,
+                 users: DataFrame | None = None) -> tuple[DataFrame, bool]:
+    """The FM's user representations at ``as_of`` (``user_id``, ``vector``) -> (frame, owned).
+
+    ``users`` (a ``user_id`` frame) None means every user with a visible event. Inside
+    :func:`tick_events` that set is computed once per tick and FM and shared: the retrieval source
+    of ``candidates`` and the ``knn`` stage both represent users with the same FM, from the same
+    histories, at the same as-of, so the second pass only repeated the first. The shared frame is
+    cached until the tick ends (``owned`` False: the caller must not unpersist it). Otherwise the
+    frame is computed for the caller, persisted, and ``owned`` (the caller unpersists it).
+    """
+    from pyspark import StorageLevel
+
+    from solaris.udfs.knn import REPRESENTATION_SCHEMA, make_user_representer
+
+    key = (config.table_path("events"), as_of, fm_dir)
+    shared = users is None and key[:2] in _TICK_EVENTS
+    if shared and key in _TICK_VECTORS:
+        return _TICK_VECTORS[key], False
+    events = visible_events(spark, config, as_of)
+    wanted = users if users is not None else events.select("user_id").distinct()
+    representer = make_user_representer(fm_dir, config.model.embedding_dim, config.model.history_length,
+                                        int(as_of.timestamp()), config.precompute.model_batch_size,
+                                        config.precompute.torch_threads)
+    vectors = (user_histories(events, wanted, config.model.history_length)
+               .mapInArrow(representer, REPRESENTATION_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK))
+    if shared:
+        _TICK_VECTORS[key] = vectors
+    return vectors, not shared
 
 
 def user_histories(events: DataFrame, users: DataFrame, history_length: int) -> DataFrame:

@@ -214,3 +214,28 @@ def test_publish_gate_refuses_nan_embeddings_and_keeps_latest(spark, replayed):
     resolver = Resolver.from_snapshots(snapshots)
     _, tier, _ = resolver.resolve([poison_user], [-1], T0 + timedelta(hours=1))
     assert tier.tolist() == [0]
+
+
+def test_a_tick_represents_its_users_once_for_retrieval_and_knn(spark, replayed):
+    """Inside a tick the FM user vectors are computed once, shared (not owned by the stage that asked)
+    and dropped when the tick ends; outside a tick, and for a restricted set of users (the fast lane),
+    each caller gets its own frame. The shared vectors equal the ones computed alone."""
+    from solaris.models.checkpoint import resolve_checkpoint
+    from solaris.precompute import spark_features
+    from solaris.precompute.spark_features import tick_events, user_vectors
+
+    config, _ = replayed
+    fm = str(resolve_checkpoint(config.resolve_under_warehouse(config.precompute.fm_checkpoint)))
+    as_of = T0 + timedelta(hours=1)
+    alone, alone_owned = user_vectors(spark, config, as_of, fm)
+    with tick_events(spark, config, as_of):
+        first, first_owned = user_vectors(spark, config, as_of, fm)
+        second, second_owned = user_vectors(spark, config, as_of, fm)
+        lane, lane_owned = user_vectors(spark, config, as_of, fm, first.select("user_id").limit(3))
+        assert first is second and not first_owned and not second_owned
+        assert lane_owned and lane is not first and lane.count() == 3
+        shared = sorted((row.user_id, bytes(row.vector)) for row in first.collect())
+    assert alone_owned and shared == sorted((row.user_id, bytes(row.vector)) for row in alone.collect())
+    assert len(shared) > 2 and not spark_features._TICK_VECTORS
+    alone.unpersist()
+    lane.unpersist()
