@@ -133,9 +133,10 @@ class KeyIndex:
         width = int(np.diff(start).max(initial=0))
         padded = np.concatenate([keys, np.repeat(keys[-1:], width)]) if keys.size else keys
         fine_shift = shift - 3
-        fine = np.zeros(1 << (64 - fine_shift), dtype=bool)
+        fine = np.zeros(max(1 << (64 - fine_shift), 64), dtype=bool)
         fine[(keys >> np.uint64(fine_shift)).astype(np.int64)] = True
-        occupied = np.packbits(fine, bitorder="little")  # bit (b & 7) of byte (b >> 3) is fine bucket b
+        # bit (b & 63) of word (b >> 6) is fine bucket b
+        occupied = np.packbits(fine, bitorder="little").view("<u8")
         return cls(keys, start, shift, width, padded, np.arange(width, dtype=np.int64), occupied, fine_shift)
 
     def __len__(self) -> int:
@@ -149,7 +150,8 @@ class KeyIndex:
             position = np.minimum(np.searchsorted(self.keys, query), self.keys.size - 1)
             return np.where(self.keys[position] == query, position, -1)
         fine = query >> np.uint64(self.fine_shift)
-        maybe = np.flatnonzero((self.occupied[fine >> np.uint64(3)] >> (fine & np.uint64(7)).astype(np.uint8)) & 1)
+        word = self.occupied[(fine >> np.uint64(6)).view(np.int64)]
+        maybe = np.flatnonzero((word >> (fine & np.uint64(63))) & np.uint64(1))
         candidates = query[maybe]
         first = self.start[candidates >> np.uint64(self.shift)]
         # compare each candidate with the largest bucket's worth of keys from its bucket's start, in
@@ -197,8 +199,9 @@ class IdRows:
     def find(self, ids: np.ndarray) -> np.ndarray:
         """[n, m] rows of each id, -1 where absent."""
         if self.index is None:
-            unknown = self.rows.shape[0] - 1  # the all -1 row
-            return self.rows[np.where((ids >= 0) & (ids < unknown), ids, unknown)]
+            # a negative id seen as uint64 is huge, so one minimum sends it, like any id past the
+            # largest, to the last row (all -1)
+            return self.rows[np.minimum(_ids(ids), np.uint64(self.rows.shape[0] - 1))]
         position = self.index.find(_user_key(ids))  # the key is a bijection of the id: no re-check
         return np.where((position >= 0)[:, None], self.rows[np.maximum(position, 0)], -1)
 
@@ -249,8 +252,10 @@ class Tier:
             return np.full(users.size, -1, dtype=np.int64)
         if self.items is None:
             return self.index.find(_user_key(users))
-        if self.exact:
-            return np.where(_fits_32_bits(users, items), self.index.find(_pair_key(users, items, True)), -1)
+        if self.exact:  # _pair_key(.., exact=True) and _fits_32_bits, sharing the uint64 views
+            u, i = _ids(users), _ids(items)
+            position = self.index.find(((u << np.uint64(32)) | i) * _SPREAD)
+            return np.where(((u | i) >> np.uint64(32)) == 0, position, -1)
         position = self.index.find(_pair_key(users, items, False))
         safe = np.maximum(position, 0)
         found = (position >= 0) & (self.users[safe] == users) & (self.items[safe] == items)
@@ -392,7 +397,8 @@ class TierTables:
         if users.shape != items.shape:
             raise ValueError("user_ids and item_ids must have the same length")
         n = users.size
-        now_s = np.broadcast_to(_seconds(now), (n,)).astype(np.float64)
+        when = _seconds(now)
+        now_s = np.full(n, when, dtype=np.float64) if when.ndim == 0 else np.broadcast_to(when, (n,)).astype(np.float64)
         out = np.zeros((n, self.dim), dtype=np.float32)
         tier = np.zeros(n, dtype=np.int8)
         age = np.full(n, np.nan, dtype=np.float64)

@@ -255,3 +255,13 @@ def test_exact_pair_keys_never_match_ids_outside_32_bits():
     assert (found[:2] >= 0).all() and (found[2:] == -1).all()  # without the 32-bit check, rows 2, 3, 5 alias
     assert pairs.users[found[:2]].tolist() == [1, 2] and pairs.items[found[:2]].tolist() == [10, 20]
     assert not Tier.build([np.array([2**40]), np.array([1])], [[1.0]], [t], [t + H]).exact
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 17, 100])
+def test_key_index_of_few_keys_finds_them_and_nothing_else(size):
+    """Small indexes (a bitmap of a few bits, one-key buckets) still find every key and no other."""
+    rng = np.random.default_rng(size)
+    keys = np.unique(rng.integers(0, 2**63, size, dtype=np.int64).astype(np.uint64) * np.uint64(2))
+    index = KeyIndex.build(keys)
+    np.testing.assert_array_equal(index.find(keys), np.arange(keys.size))
+    assert (index.find(np.concatenate([keys + np.uint64(1), [np.uint64(0), np.uint64(2**64 - 1)]])) == -1).all()
