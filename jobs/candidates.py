@@ -100,6 +100,7 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
     from solaris.precompute.spark_features import user_vectors, visible_events
     from solaris.storage.embedding_codec import decode
+    from solaris.udfs.knn import user_representation_step
     from solaris.udfs.retrieval import ITEM_SCHEMA, RETRIEVAL_SCHEMA, make_item_averager, make_retriever
 
     rules, dim = config.precompute.candidates, config.model.embedding_dim
@@ -119,7 +120,8 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     # the fast lane represents only the users it needs; the hourly cycle shares every user's vector
     # with the KNN stage of the same tick (user_vectors), a superset that the joins below narrow
     wanted = window.select("user_id").union(active).distinct() if only_users is not None else None
-    vectors, owned = user_vectors(spark, config, as_of, str(fm_dir), wanted)
+    vectors, owned = user_vectors(spark, config, as_of, str(fm_dir),
+                                  user_representation_step(str(fm_dir), config, as_of), wanted)
     items = (window.select("user_id", "item_id").distinct().join(vectors, "user_id")
              .groupBy("item_id").applyInPandas(make_item_averager(dim), ITEM_SCHEMA)
              .orderBy("item_id").toArrow())  # the catalog's vectors: one row per item, like KNN's centroids

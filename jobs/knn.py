@@ -97,6 +97,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         CANDIDATE_SCHEMA,
         make_cluster_assigner,
         make_cluster_searcher,
+        user_representation_step,
     )
 
     started = time.perf_counter()
@@ -104,7 +105,9 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     fm_dir = resolve_checkpoint(config.resolve_under_warehouse(fm_path or config.precompute.fm_checkpoint))
     _, fm_meta = load_checkpoint(fm_dir, "fm", dim)
     record = RunRecord(run_id=run_id, job="knn", as_of=as_of)
-    vectors, owned = user_vectors(spark, config, as_of, str(fm_dir))  # shared with candidates inside a tick
+    # shared with the retrieval source of candidates inside a tick
+    step = user_representation_step(str(fm_dir), config, as_of)
+    vectors, owned = user_vectors(spark, config, as_of, str(fm_dir), step)
     neighbors = None
     try:
         n_users = vectors.count()

@@ -20,14 +20,29 @@ import pandas as pd
 import pyarrow as pa
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pyspark import Broadcast
+    from datetime import datetime
 
+    from pyspark import Broadcast
+    from pyspark.sql import DataFrame
+
+    from solaris.config import SolarisConfig
     from solaris.models.fm import FoundationModel
 
 REPRESENTATION_SCHEMA = "user_id bigint, vector binary"
 ASSIGNMENT_SCHEMA = "user_id bigint, vector binary, cluster_id bigint, is_member boolean"
 CANDIDATE_SCHEMA = "user_id bigint, home_cluster bigint, neighbor_ids array<bigint>, similarities array<float>"
 PARTIAL_SCHEMA = "query bigint, neighbor bigint, similarity float"
+
+
+def user_representation_step(fm_checkpoint: str, config: SolarisConfig,
+                             as_of: datetime) -> Callable[[DataFrame], DataFrame]:
+    """History rows (``spark_features.user_histories``) -> (``user_id``, ``vector``) rows through
+    the FM at ``as_of``, with the pipeline's model settings: the one representation step that the
+    KNN stage and the retrieval source share (``spark_features.user_vectors``)."""
+    representer = make_user_representer(fm_checkpoint, config.model.embedding_dim, config.model.history_length,
+                                        int(as_of.timestamp()), config.precompute.model_batch_size,
+                                        config.precompute.torch_threads)
+    return lambda histories: histories.mapInArrow(representer, REPRESENTATION_SCHEMA)
 
 
 def make_user_representer(fm_checkpoint: str, embedding_dim: int, history_length: int, request_ts: int,

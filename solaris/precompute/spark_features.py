@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -63,8 +63,13 @@ def tick_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> 
 
 
 def user_vectors(spark: SparkSession, config: SolarisConfig, as_of: datetime, fm_dir: str,
+                 represent: Callable[[DataFrame], DataFrame],
                  users: DataFrame | None = None) -> tuple[DataFrame, bool]:
     """The FM's user representations at ``as_of`` (``user_id``, ``vector``) -> (frame, owned).
+
+    ``represent`` turns :func:`user_histories` rows into them with the FM in ``fm_dir``
+    (``solaris.udfs.knn.user_representation_step``; passed in because the UDFs sit downstream of
+    this module).
 
     ``users`` (a ``user_id`` frame) None means every user with a visible event. Inside
     :func:`tick_events` that set is computed once per tick and FM and shared: the retrieval source
@@ -75,19 +80,14 @@ def user_vectors(spark: SparkSession, config: SolarisConfig, as_of: datetime, fm
     """
     from pyspark import StorageLevel
 
-    from solaris.udfs.knn import REPRESENTATION_SCHEMA, make_user_representer
-
     key = (config.table_path("events"), as_of, fm_dir)
     shared = users is None and key[:2] in _TICK_EVENTS
     if shared and key in _TICK_VECTORS:
         return _TICK_VECTORS[key], False
     events = visible_events(spark, config, as_of)
     wanted = users if users is not None else events.select("user_id").distinct()
-    representer = make_user_representer(fm_dir, config.model.embedding_dim, config.model.history_length,
-                                        int(as_of.timestamp()), config.precompute.model_batch_size,
-                                        config.precompute.torch_threads)
-    vectors = (user_histories(events, wanted, config.model.history_length)
-               .mapInArrow(representer, REPRESENTATION_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK))
+    vectors = represent(user_histories(events, wanted, config.model.history_length)).persist(
+        StorageLevel.MEMORY_AND_DISK)
     if shared:
         _TICK_VECTORS[key] = vectors
     return vectors, not shared

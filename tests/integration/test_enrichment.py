@@ -223,15 +223,17 @@ def test_a_tick_represents_its_users_once_for_retrieval_and_knn(spark, replayed)
     from solaris.models.checkpoint import resolve_checkpoint
     from solaris.precompute import spark_features
     from solaris.precompute.spark_features import tick_events, user_vectors
+    from solaris.udfs.knn import user_representation_step
 
     config, _ = replayed
     fm = str(resolve_checkpoint(config.resolve_under_warehouse(config.precompute.fm_checkpoint)))
     as_of = T0 + timedelta(hours=1)
-    alone, alone_owned = user_vectors(spark, config, as_of, fm)
+    step = user_representation_step(fm, config, as_of)
+    alone, alone_owned = user_vectors(spark, config, as_of, fm, step)
     with tick_events(spark, config, as_of):
-        first, first_owned = user_vectors(spark, config, as_of, fm)
-        second, second_owned = user_vectors(spark, config, as_of, fm)
-        lane, lane_owned = user_vectors(spark, config, as_of, fm, first.select("user_id").limit(3))
+        first, first_owned = user_vectors(spark, config, as_of, fm, step)
+        second, second_owned = user_vectors(spark, config, as_of, fm, step)
+        lane, lane_owned = user_vectors(spark, config, as_of, fm, step, first.select("user_id").limit(3))
         assert first is second and not first_owned and not second_owned
         assert lane_owned and lane is not first and lane.count() == 3
         shared = sorted((row.user_id, bytes(row.vector)) for row in first.collect())
