@@ -252,10 +252,8 @@ class Tier:
             return np.full(users.size, -1, dtype=np.int64)
         if self.items is None:
             return self.index.find(_user_key(users))
-        if self.exact:  # _pair_key(.., exact=True) and _fits_32_bits, sharing the uint64 views
-            u, i = _ids(users), _ids(items)
-            position = self.index.find(((u << np.uint64(32)) | i) * _SPREAD)
-            return np.where(((u | i) >> np.uint64(32)) == 0, position, -1)
+        if self.exact:
+            return np.where(_fits_32_bits(users, items), self.index.find(_pair_key(users, items, True)), -1)
         position = self.index.find(_pair_key(users, items, False))
         safe = np.maximum(position, 0)
         found = (position >= 0) & (self.users[safe] == users) & (self.items[safe] == items)
