@@ -30,14 +30,19 @@ from datetime import datetime, timedelta, timezone
 
 BUDGETS = (10, 20, 50, 100, 200)
 # The speculation under test (opt-in in the default config until this benchmark has measured it);
-# today's rules are measured in the same run as the baseline rows. --set overrides these.
+# today's rules are measured in the same run as the baseline rows. --set overrides these. The
+# retrieval source is left out: it is the costliest per tick (an FM pass over every user) and its
+# measured hit rate is in BENCHMARKS.md; add it with --set precompute.candidates.sources=[..., retrieval].
 NEW_SPECULATION = (
-    "precompute.candidates.sources=[cooc, trending, recent, next, popular, retrieval]",
+    "precompute.candidates.sources=[cooc, trending, recent, next, popular]",
     "precompute.candidates.blend=learned",
     "precompute.verifier.rule=request",
     "precompute.verifier.top_k_per_user=50",
 )
 STRATA = ("none", "1-20", ">20")
+WRITTEN = ("written (new)", "written (today)")
+# per-user totals the acceptance intervals resample (users with >= 1 prior event for requests and hits)
+PER_USER = ("requests", *(f"hits {name}" for name in WRITTEN), *(f"passes {name}" for name in WRITTEN))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,54 +57,90 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def ranked_sets(spark, config, tick, baseline_weights):
-    """(set, user_id, item_id, rank) of every pair set measured at ``tick`` (views already built)
-    and the number of FM passes of each written set."""
+def ranked_sets(spark, config, tick, baseline_weights, phases):
+    """(set, user_id, item_id, rank) of every pair set measured at ``tick`` (views already built),
+    the number of FM passes of each written set, and the frames to drop at the tick's end.
+
+    Every frame read more than once is computed once, eagerly (``source_parts``, the candidate
+    pairs, the FM scores, the union of sets): without that the measurement's joins re-ran the
+    candidate views and the FM, and planning the nested plans dominated; a tick cost 5-8 minutes.
+    ``phases`` receives the seconds of each step.
+    """
+    from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from solaris.config import VerifierConfig
     from solaris.jobs.score import _verify
+    from solaris.models.checkpoint import resolve_checkpoint
     from solaris.precompute.spark_features import candidate_features
     from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
     pre, rules = config.precompute, config.precompute.candidates
+    held = []
+
+    def eager(frame, phase, cache=False):
+        """Compute ``frame`` once. Checkpointed (lineage cut) unless ``cache``: the sets' plans nest the
+        candidate views many times over, and AQE re-planned that tree after every stage (minutes a
+        tick). ``cache`` keeps the plan so that views defined over it (candidate_pairs over
+        source_parts) read the cache."""
+        started = time.perf_counter()
+        if cache:
+            frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+            frame.count()
+            held.append(frame)
+        else:
+            frame = frame.localCheckpoint(eager=True)
+        phases[phase] += time.perf_counter() - started
+        return frame
 
     def ranked(frame, name, score):
         window = Window.partitionBy("user_id").orderBy(F.col(score).desc(), F.col("item_id"))
         return frame.select("user_id", "item_id", F.row_number().over(window).alias("rank"), F.lit(name).alias("set"))
 
-    pairs = spark.table("candidate_pairs").persist()
-    parts = spark.table("source_parts").select("user_id", "item_id", F.col("source_rank").alias("rank"),
-                                               F.col("source").alias("set"))
+    # the view the candidate pairs are built from: cached first, so candidate_pairs reads the cache
+    source_parts = eager(spark.table("source_parts"), "sources", cache=True)
+    pairs = eager(spark.table("candidate_pairs"), "blend")
+    parts = source_parts.select("user_id", "item_id", F.col("source_rank").alias("rank"), F.col("source").alias("set"))
     hand = sum(F.col(f"score_{s}") * w for s, w in baseline_weights.items())
     baseline_pool = pairs.where(sum(F.col(f"score_{s}") for s in baseline_weights) > 0).withColumn("hand", hand)
     baseline = ranked(baseline_pool, "today's rules", "hand")
     blend = ranked(pairs, "blend", "spec_score")
+    started = time.perf_counter()
     new_written, _, _ = _verify(pairs.where(F.col("request_score").isNotNull()), "request_score", pre.verifier)
+    phases["verify (new)"] += time.perf_counter() - started
+    new_written = eager(new_written, "verify (new)")
     written_new = ranked(new_written, "written (new)", "request_score")
 
     # today's written set: top per_user baseline candidates -> FM + relevance verifier -> threshold, top-k
     today_candidates = baseline.where(F.col("rank") <= rules.per_user).select("user_id", "item_id")
-    from solaris.models.checkpoint import resolve_checkpoint
-
     spec = ScoringSpec(
         fm_checkpoint=str(resolve_checkpoint(config.resolve_under_warehouse(pre.fm_checkpoint))),
         verifier_checkpoint=str(resolve_checkpoint(config.resolve_under_warehouse(pre.verifier_checkpoint))),
         embedding_dim=config.model.embedding_dim, history_length=config.model.history_length,
         request_ts=int(tick.timestamp()), model_batch_size=pre.model_batch_size, torch_threads=pre.torch_threads)
-    scored = (candidate_features(spark, config, today_candidates, tick).mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
-              .select("user_id", "item_id", "verifier_score").persist())
+    features = candidate_features(spark, config, today_candidates, tick)
+    scored = eager(features.mapInArrow(make_scorer(spec), OUTPUT_SCHEMA).select("user_id", "item_id", "verifier_score"),
+                   "FM (today)")
     relevance = VerifierConfig(rule="relevance", threshold=0.5, top_k_per_user=20)
+    started = time.perf_counter()
     today_written, _, today_passes = _verify(scored, "verifier_score", relevance)
+    phases["verify (today)"] += time.perf_counter() - started
     written_today = ranked(today_written, "written (today)", "verifier_score")
-    sets = parts.unionByName(baseline).unionByName(blend).unionByName(written_new).unionByName(written_today)
-    new_passes = new_written.count()
-    return sets, {"written (new)": new_passes, "written (today)": today_passes}, (pairs, scored)
+    sets = eager(parts.unionByName(baseline).unionByName(blend).unionByName(written_new).unionByName(written_today),
+                 "rank sets")
+    # FM passes per user: the new set scores only what it writes; today's scores its whole input
+    passes = (new_written.groupBy("user_id").agg(F.count("*").alias("passes")).withColumn("set", F.lit("written (new)"))
+              .unionByName(scored.groupBy("user_id").agg(F.count("*").alias("passes"))
+                           .withColumn("set", F.lit("written (today)"))))
+    assert today_passes == scored.count()
+    return sets, passes, held
 
 
-def measure_tick(spark, config, tick, sets):
-    """Hits per (set, stratum, budget), requests per stratum, written pairs and their TTL hits."""
+def measure_tick(spark, config, tick, sets, passes):
+    """Hits per (set, stratum, budget), requests per stratum, written pairs and their TTL hits, and
+    per user (the bootstrap's unit): requests from users with >= 1 prior event, the written sets'
+    hits among them and FM passes."""
     from pyspark.sql import functions as F
 
     from solaris.precompute.spark_features import visible_events
@@ -120,10 +161,42 @@ def measure_tick(spark, config, tick, sets):
     written = sets.where(F.col("set").startswith("written")).join(asked, ["user_id", "item_id"], "left")
     sizes = written.groupBy("set").agg(F.count("*").alias("pairs"), F.count_if(F.col("asked")).alias("asked"),
                                        F.countDistinct("user_id").alias("users")).collect()
-    return per_stratum, hits, sizes
+    prior = requests.where(F.col("stratum") != "none").select("user_id", "item_id", F.lit(1).alias("requests"))
+    hit = prior.join(sets.where(F.col("set").startswith("written")), ["user_id", "item_id"])
+    rows = (prior.select("user_id", "requests", *(F.lit(0).alias(c) for c in PER_USER[1:]))
+            .unionByName(hit.select("user_id", F.lit(0).alias("requests"),
+                                    *(F.when(F.col("set") == name, 1).otherwise(0).alias(f"hits {name}")
+                                      for name in WRITTEN),
+                                    *(F.lit(0).alias(f"passes {name}") for name in WRITTEN)))
+            .unionByName(passes.select("user_id", F.lit(0).alias("requests"),
+                                       *(F.lit(0).alias(f"hits {name}") for name in WRITTEN),
+                                       *(F.when(F.col("set") == name, F.col("passes")).otherwise(0)
+                                         .alias(f"passes {name}") for name in WRITTEN)))
+            .groupBy("user_id").agg(*(F.sum(c).alias(c) for c in PER_USER)).collect())
+    per_user = {row["user_id"]: [int(row[c]) for c in PER_USER] for row in rows}
+    return per_stratum, hits, sizes, per_user
 
 
-def report(n_ticks, requests, requesters, hits, written, passes) -> None:
+def acceptance_intervals(per_user: dict[int, list[int]], seed: int = 0) -> dict[str, object]:
+    """The acceptance figures with 95 % intervals from resampling users (their requests are bursts:
+    correlated within and across hours). Columns as in ``PER_USER``."""
+    import numpy as np
+
+    from solaris.evaluation.bootstrap import cluster_interval
+
+    totals = np.array(sorted(per_user.values()), dtype=np.float64).reshape(-1, len(PER_USER))
+    req, hit_new, hit_today, pass_new, pass_today = range(len(PER_USER))
+    return {
+        "written (new) hit rate": cluster_interval(totals, lambda s: s[..., hit_new] / s[..., req], seed=seed),
+        "written (today) hit rate": cluster_interval(totals, lambda s: s[..., hit_today] / s[..., req], seed=seed),
+        "hit rate new / today": cluster_interval(totals, lambda s: s[..., hit_new] / s[..., hit_today], seed=seed),
+        "FM passes per covered request, new / today": cluster_interval(
+            totals, lambda s: (s[..., pass_new] / s[..., hit_new]) / (s[..., pass_today] / s[..., hit_today]),
+            seed=seed),
+    }
+
+
+def report(n_ticks, requests, requesters, hits, written, per_user) -> None:
     """Print the tables over the ticks measured so far (called after every tick: a run stopped early
     still leaves its figures in the log)."""
     prior = ("1-20", ">20")
@@ -146,6 +219,8 @@ def report(n_ticks, requests, requesters, hits, written, passes) -> None:
     print(f"{'set':<16} {'pairs':>8} {'per user':>9} {'hit >=1':>8} {'precision':>10} {'FM passes':>10} "
           f"{'passes/hit':>11}")
     summary = {}
+    column = {name: PER_USER.index(f"passes {name}") for name in WRITTEN}
+    passes = {name: sum(totals[column[name]] for totals in per_user.values()) for name in WRITTEN}
     for name in ("written (today)", "written (new)"):
         pairs, asked, users = written[name]
         hit = sum(hits[(name, s, BUDGETS[-1])] for s in prior)
@@ -158,6 +233,19 @@ def report(n_ticks, requests, requesters, hits, written, passes) -> None:
           f"{new_hit / old_hit if old_hit else float('inf'):.2f}x today's {100 * old_hit:.1f}% (target >= 2.5x); "
           f"FM passes per covered request {new_cost:.1f} vs {old_cost:.1f} = "
           f"{new_cost / old_cost if old_cost else float('nan'):.2f} (target <= 0.25)")
+    users = sum(1 for totals in per_user.values() if totals[0])
+    print(f"95 % intervals, resampling the {users} users with >= 1 prior event who requested "
+          f"(and {len(per_user) - users} users with written pairs only):")
+    for name, interval in acceptance_intervals(per_user).items():
+        percent = "rate" in name and "/" not in name
+        low, estimate, high = (_figure(v, percent) for v in (interval.low, interval.estimate, interval.high))
+        print(f"  {name:<44} {estimate:>8}  [{low}, {high}]")
+
+
+def _figure(value: float | None, percent: bool) -> str:
+    if value is None:
+        return "unbounded"
+    return f"{100 * value:.1f}%" if percent else f"{value:.2f}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -193,13 +281,18 @@ def main(argv: list[str] | None = None) -> None:
     requesters: dict[str, int] = defaultdict(int)
     hits: dict[tuple[str, str, int], int] = defaultdict(int)
     written: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    passes: dict[str, int] = defaultdict(int)
+    per_user: dict[int, list[int]] = defaultdict(lambda: [0] * len(PER_USER))
+    phases: dict[str, float] = defaultdict(float)
+    seconds: list[float] = []
     for number, tick in enumerate(ticks):
         tick_started = time.perf_counter()
         with tick_events(spark, config, tick):
             prepare_views(spark, config, tick, speculator)
-            sets, fm_passes, cached = ranked_sets(spark, config, tick, baseline_weights)
-            per_stratum, tick_hits, sizes = measure_tick(spark, config, tick, sets)
+            phases["views"] += time.perf_counter() - tick_started
+            sets, fm_passes, cached = ranked_sets(spark, config, tick, baseline_weights, phases)
+            started = time.perf_counter()
+            per_stratum, tick_hits, sizes, tick_users = measure_tick(spark, config, tick, sets, fm_passes)
+            phases["measure"] += time.perf_counter() - started
             for frame in cached:
                 frame.unpersist()
         for name, (n, users) in per_stratum.items():
@@ -211,16 +304,20 @@ def main(argv: list[str] | None = None) -> None:
         for row in sizes:
             total = written[row["set"]]
             total[0], total[1], total[2] = total[0] + row["pairs"], total[1] + row["asked"], total[2] + row["users"]
-        for name, n in fm_passes.items():
-            passes[name] += n
+        for user, totals in tick_users.items():
+            per_user[user] = [a + b for a, b in zip(per_user[user], totals, strict=True)]
+        seconds.append(time.perf_counter() - tick_started)
         print(f"tick {number + 1}/{len(ticks)} {tick:%Y-%m-%d %H}h: {sum(n for n, _ in per_stratum.values())} requests "
-              f"({time.perf_counter() - tick_started:.0f} s)", flush=True)
+              f"({time.perf_counter() - tick_started:.0f} s; so far " +
+              ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases.items()) + ")", flush=True)
         if number + 1 < len(ticks):
             print(f"--- after {number + 1} of {len(ticks)} ticks ---")
-            report(number + 1, requests, requesters, hits, written, passes)
+            report(number + 1, requests, requesters, hits, written, per_user)
             print("---", flush=True)
 
-    report(len(ticks), requests, requesters, hits, written, passes)
+    report(len(ticks), requests, requesters, hits, written, per_user)
+    print(f"seconds per tick: median {sorted(seconds)[len(seconds) // 2]:.0f}, min {min(seconds):.0f}, "
+          f"max {max(seconds):.0f}")
     print(f"bench wall time {time.perf_counter() - started:.0f} s at {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z")
 
 

@@ -18,7 +18,7 @@ concatenated; per-seed intervals use the same resamples, one seed at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -303,3 +303,26 @@ def bootstrap_intervals(
         "pooled": _summarise(mean_over_seeds(per_seed_estimate), mean_over_seeds(per_seed_replicates), confidence),
         "per_seed": [_summarise(e, r, confidence) for e, r in zip(per_seed_estimate, per_seed_replicates, strict=True)],
     }
+
+
+def cluster_interval(
+    totals: np.ndarray,
+    statistic: Callable[[np.ndarray], np.ndarray],
+    n_resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> Interval:
+    """Interval of a statistic of additive per-cluster totals, by resampling clusters.
+
+    ``totals`` has one row per cluster (e.g. per user: requests, hits, FM passes summed over every
+    tick) and one column per quantity; ``statistic`` maps column sums (shape ``[..., quantities]``)
+    to a value (a hit rate, a ratio of two hit rates). Why clusters: the same user's requests are
+    correlated (bursts) within and across hours, so the user is the unit that is drawn. NaN
+    (a zero denominator) marks a resample as undefined, as in :func:`percentile_interval`.
+    """
+    table = np.asarray(totals, dtype=np.float64)
+    counts = resample_counts(table.shape[0], n_resamples, np.random.default_rng(seed)).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        estimate = float(statistic(table.sum(axis=0)))
+        replicates = np.asarray(statistic(counts @ table), dtype=np.float64)
+    return percentile_interval(estimate, replicates, confidence)

@@ -136,3 +136,31 @@ def test_auc_through_the_user_pair_matrix_equals_the_request_weighted_one(monkey
     by_requests = bootstrap.weighted_auc(labels, predictions, codes, counts, chunk=7)
     assert np.allclose(by_pairs, by_requests, rtol=0, atol=1e-12)
     assert by_pairs[0] != by_pairs[1]  # resamples differ
+
+
+def test_cluster_interval_collapses_when_every_cluster_has_the_same_ratio():
+    totals = np.array([[10.0, 2.0], [30.0, 6.0], [5.0, 1.0]])  # requests, hits: 20 % in every cluster
+    interval = bootstrap.cluster_interval(totals, lambda s: s[..., 1] / s[..., 0], n_resamples=200)
+    assert interval.estimate == pytest.approx(0.2)
+    assert interval.low == pytest.approx(0.2) and interval.high == pytest.approx(0.2)
+
+
+def test_cluster_interval_brackets_the_pooled_ratio_and_widens_with_fewer_clusters():
+    rng = np.random.default_rng(3)
+    requests = rng.integers(1, 50, size=400).astype(float)
+    hits = rng.binomial(requests.astype(int), rng.uniform(0.05, 0.4, size=400)).astype(float)
+    totals = np.column_stack([requests, hits])
+    rate = lambda s: s[..., 1] / s[..., 0]  # noqa: E731
+    many = bootstrap.cluster_interval(totals, rate, seed=1)
+    few = bootstrap.cluster_interval(totals[:40], rate, seed=1)
+    assert many.estimate == pytest.approx(hits.sum() / requests.sum())
+    assert many.low < many.estimate < many.high
+    assert (few.high - few.low) > (many.high - many.low)
+    assert bootstrap.cluster_interval(totals, rate, seed=1) == many  # deterministic under a seed
+
+
+def test_cluster_interval_is_unbounded_when_the_denominator_is_mostly_zero():
+    totals = np.array([[0.0, 0.0]] * 30 + [[1.0, 1.0]])  # one cluster holds every request
+    interval = bootstrap.cluster_interval(totals, lambda s: s[..., 1] / s[..., 0], n_resamples=500)
+    assert interval.estimate == pytest.approx(1.0)
+    assert not interval.bounded
