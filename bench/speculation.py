@@ -196,7 +196,14 @@ def acceptance_intervals(per_user: dict[int, list[int]], seed: int = 0) -> dict[
     }
 
 
-def report(n_ticks, requests, requesters, hits, written, per_user) -> None:
+def reachable(requests_per_user: list[int], budgets: tuple[int, ...] = BUDGETS) -> dict[int, int]:
+    """Requests that any set of B pairs per user could hit at best, per budget B: a user who asks for
+    n items in the hour is covered for at most min(n, B) of them. Summed over requester-ticks, over
+    the requests, this is the ceiling of every hit rate at budget B."""
+    return {b: sum(min(n, b) for n in requests_per_user) for b in budgets}
+
+
+def report(n_ticks, requests, requesters, hits, written, per_user, ceiling=None) -> None:
     """Print the tables over the ticks measured so far (called after every tick: a run stopped early
     still leaves its figures in the log)."""
     prior = ("1-20", ">20")
@@ -207,6 +214,10 @@ def report(n_ticks, requests, requesters, hits, written, per_user) -> None:
     header = f"{'set':<16} {'stratum':<8} " + " ".join(f"{'@' + str(b):>7}" for b in BUDGETS)
     print("\nhit rate (share of requests whose pair is among the user's first B pairs of the set)")
     print(header)
+    n_prior_requests = sum(requests[s] for s in prior)
+    if ceiling and n_prior_requests:
+        print(f"{'(any set)':<16} {'>=1':<8} " + " ".join(f"{100 * ceiling[b] / n_prior_requests:6.1f}%"
+                                                       for b in BUDGETS) + "  <- the most B pairs per user can hit")
     for name in names:
         for stratum in (*STRATA, ">=1"):
             members = prior if stratum == ">=1" else (stratum,)
@@ -284,6 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     per_user: dict[int, list[int]] = defaultdict(lambda: [0] * len(PER_USER))
     phases: dict[str, float] = defaultdict(float)
     seconds: list[float] = []
+    ceiling: dict[int, int] = defaultdict(int)
     for number, tick in enumerate(ticks):
         tick_started = time.perf_counter()
         with tick_events(spark, config, tick):
@@ -306,16 +318,18 @@ def main(argv: list[str] | None = None) -> None:
             total[0], total[1], total[2] = total[0] + row["pairs"], total[1] + row["asked"], total[2] + row["users"]
         for user, totals in tick_users.items():
             per_user[user] = [a + b for a, b in zip(per_user[user], totals, strict=True)]
+        for budget, n in reachable([totals[0] for totals in tick_users.values()]).items():
+            ceiling[budget] += n
         seconds.append(time.perf_counter() - tick_started)
         print(f"tick {number + 1}/{len(ticks)} {tick:%Y-%m-%d %H}h: {sum(n for n, _ in per_stratum.values())} requests "
               f"({time.perf_counter() - tick_started:.0f} s; so far " +
               ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases.items()) + ")", flush=True)
         if number + 1 < len(ticks):
             print(f"--- after {number + 1} of {len(ticks)} ticks ---")
-            report(number + 1, requests, requesters, hits, written, per_user)
+            report(number + 1, requests, requesters, hits, written, per_user, ceiling)
             print("---", flush=True)
 
-    report(len(ticks), requests, requesters, hits, written, per_user)
+    report(len(ticks), requests, requesters, hits, written, per_user, ceiling)
     print(f"seconds per tick: median {sorted(seconds)[len(seconds) // 2]:.0f}, min {min(seconds):.0f}, "
           f"max {max(seconds):.0f}")
     print(f"bench wall time {time.perf_counter() - started:.0f} s at {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z")

@@ -1,0 +1,37 @@
+"""bench/speculation.py's pure parts: the per-budget ceiling and the acceptance intervals."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "bench" / "speculation.py"
+
+
+@pytest.fixture(scope="module")
+def speculation():
+    spec = importlib.util.spec_from_file_location("bench_speculation", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reachable_caps_each_requester_at_the_budget(speculation):
+    assert speculation.reachable([3, 30, 120], (10, 50)) == {10: 3 + 10 + 10, 50: 3 + 30 + 50}
+    assert speculation.reachable([], (10,)) == {10: 0}
+
+
+def test_acceptance_intervals_are_the_pooled_ratios(speculation):
+    # requests, hits new, hits today, passes new, passes today (PER_USER order), per user
+    per_user = {1: [10, 4, 2, 20, 100], 2: [30, 6, 3, 40, 200], 3: [0, 0, 0, 10, 50]}
+    intervals = speculation.acceptance_intervals(per_user)
+    assert intervals["written (new) hit rate"].estimate == pytest.approx(10 / 40)
+    assert intervals["written (today) hit rate"].estimate == pytest.approx(5 / 40)
+    assert intervals["hit rate new / today"].estimate == pytest.approx(2.0)
+    assert intervals["FM passes per covered request, new / today"].estimate == pytest.approx((70 / 10) / (350 / 5))
+    for interval in intervals.values():
+        assert interval.low is None or interval.low <= interval.estimate <= interval.high
