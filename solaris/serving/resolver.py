@@ -155,7 +155,8 @@ class KeyIndex:
         candidates = query[maybe]
         first = self.start[candidates >> np.uint64(self.shift)]
         # compare each candidate with the largest bucket's worth of keys from its bucket's start, in
-        # one gather (no per-step loop: numpy's per-call overhead dominates a 100-pair request). A key
+        # one gather (no per-step loop: at 100 pairs a request, each numpy call costs about as much as
+        # the random reads it makes, so fewer calls and fewer reads both count). A key
         # read past the bucket's end belongs to a later bucket, whose top bits differ from the
         # query's, so it can never match: no per-query bound is needed.
         match = self.padded[first[:, None] + self.probe] == candidates[:, None]
@@ -172,8 +173,9 @@ _DENSE_SLACK, _DENSE_FLOOR = 4, 1 << 16
 class IdRows:
     """One lookup for every table keyed by the same id: for each id, its row in each table (-1 where
     absent). Built once per snapshot, it turns one lookup per tier into one per request side (the
-    user tiers 3, 4 and the neighbour graph; the item tiers 5 and 6): at 100 pairs per request,
-    numpy's per-call overhead, not memory, is the cost.
+    user tiers 3, 4 and the neighbour graph; the item tiers 5 and 6): at 100 pairs per request, the
+    cost is numpy's per-call overhead and the random memory reads in about equal parts, and one
+    directory saves both.
 
     Ids are usually dictionary-encoded (small non-negative integers), so when the largest id is at
     most a few times the number of ids the directory is a plain array indexed by id - one gather per
