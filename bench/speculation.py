@@ -40,9 +40,22 @@ NEW_SPECULATION = (
     "precompute.verifier.top_k_per_user=50",
 )
 STRATA = ("none", "1-20", ">20")
-WRITTEN = ("written (new)", "written (today)")
-# per-user totals the acceptance intervals resample (users with >= 1 prior event for requests and hits)
-PER_USER = ("requests", *(f"hits {name}" for name in WRITTEN), *(f"passes {name}" for name in WRITTEN))
+NEW, TODAY = "written (new)", "written (today)"
+
+
+def swept(threshold: float) -> str:
+    """Name of the written set of the request verifier at another threshold (same top-k per user)."""
+    return f"written p>={threshold:g}"
+
+
+def written_sets(sweep: tuple[float, ...]) -> tuple[str, ...]:
+    return (NEW, *(swept(t) for t in sweep), TODAY)
+
+
+def per_user_columns(written: tuple[str, ...]) -> tuple[str, ...]:
+    """Per-user totals the acceptance intervals resample: requests of users with >= 1 prior event,
+    then every written set's hits among them, then its FM passes."""
+    return ("requests", *(f"hits {name}" for name in written), *(f"passes {name}" for name in written))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,10 +67,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-day", type=int, default=8, help="busiest hours per day")
     parser.add_argument("--no-train", action="store_true", help="use the warehouse's speculator checkpoint as is")
     parser.add_argument("--set", action="append", default=[], help="config override key=value")
+    parser.add_argument("--request-thresholds", default="0.02,0.01,0.005,0.002",
+                        help="more thresholds of the request verifier to write at (comma-separated; '' for none): "
+                             "the trade of FM passes against hits")
     return parser.parse_args(argv)
 
 
-def ranked_sets(spark, config, tick, baseline_weights, phases):
+def ranked_sets(spark, config, tick, baseline_weights, phases, sweep=()):
     """(set, user_id, item_id, rank) of every pair set measured at ``tick`` (views already built),
     the number of FM passes of each written set, and the frames to drop at the tick's end.
 
@@ -110,7 +126,14 @@ def ranked_sets(spark, config, tick, baseline_weights, phases):
     new_written, _, _ = _verify(pairs.where(F.col("request_score").isNotNull()), "request_score", pre.verifier)
     phases["verify (new)"] += time.perf_counter() - started
     new_written = eager(new_written, "verify (new)")
-    written_new = ranked(new_written, "written (new)", "request_score")
+    written_new = ranked(new_written, NEW, "request_score")
+    passes = new_written.groupBy("user_id").agg(F.count("*").alias("passes")).withColumn("set", F.lit(NEW))
+    for threshold in sweep:
+        rule = pre.verifier.model_copy(update={"rule": "request", "request_threshold": threshold})
+        kept = eager(_verify(pairs.where(F.col("request_score").isNotNull()), "request_score", rule)[0], "verify (new)")
+        written_new = written_new.unionByName(ranked(kept, swept(threshold), "request_score"))
+        passes = passes.unionByName(kept.groupBy("user_id").agg(F.count("*").alias("passes"))
+                                    .withColumn("set", F.lit(swept(threshold))))
 
     # today's written set: top per_user baseline candidates -> FM + relevance verifier -> threshold, top-k
     today_candidates = baseline.where(F.col("rank") <= rules.per_user).select("user_id", "item_id")
@@ -126,18 +149,17 @@ def ranked_sets(spark, config, tick, baseline_weights, phases):
     started = time.perf_counter()
     today_written, _, today_passes = _verify(scored, "verifier_score", relevance)
     phases["verify (today)"] += time.perf_counter() - started
-    written_today = ranked(today_written, "written (today)", "verifier_score")
+    written_today = ranked(today_written, TODAY, "verifier_score")
     sets = eager(parts.unionByName(baseline).unionByName(blend).unionByName(written_new).unionByName(written_today),
                  "rank sets")
     # FM passes per user: the new set scores only what it writes; today's scores its whole input
-    passes = (new_written.groupBy("user_id").agg(F.count("*").alias("passes")).withColumn("set", F.lit("written (new)"))
-              .unionByName(scored.groupBy("user_id").agg(F.count("*").alias("passes"))
-                           .withColumn("set", F.lit("written (today)"))))
+    passes = passes.unionByName(scored.groupBy("user_id").agg(F.count("*").alias("passes"))
+                                .withColumn("set", F.lit(TODAY)))
     assert today_passes == scored.count()
     return sets, passes, held
 
 
-def measure_tick(spark, config, tick, sets, passes):
+def measure_tick(spark, config, tick, sets, passes, written_names):
     """Hits per (set, stratum, budget), requests per stratum, written pairs and their TTL hits, and
     per user (the bootstrap's unit): requests from users with >= 1 prior event, the written sets'
     hits among them and FM passes."""
@@ -163,37 +185,48 @@ def measure_tick(spark, config, tick, sets, passes):
                                        F.countDistinct("user_id").alias("users")).collect()
     prior = requests.where(F.col("stratum") != "none").select("user_id", "item_id", F.lit(1).alias("requests"))
     hit = prior.join(sets.where(F.col("set").startswith("written")), ["user_id", "item_id"])
-    rows = (prior.select("user_id", "requests", *(F.lit(0).alias(c) for c in PER_USER[1:]))
+    columns = per_user_columns(written_names)
+    rows = (prior.select("user_id", "requests", *(F.lit(0).alias(c) for c in columns[1:]))
             .unionByName(hit.select("user_id", F.lit(0).alias("requests"),
                                     *(F.when(F.col("set") == name, 1).otherwise(0).alias(f"hits {name}")
-                                      for name in WRITTEN),
-                                    *(F.lit(0).alias(f"passes {name}") for name in WRITTEN)))
+                                      for name in written_names),
+                                    *(F.lit(0).alias(f"passes {name}") for name in written_names)))
             .unionByName(passes.select("user_id", F.lit(0).alias("requests"),
-                                       *(F.lit(0).alias(f"hits {name}") for name in WRITTEN),
+                                       *(F.lit(0).alias(f"hits {name}") for name in written_names),
                                        *(F.when(F.col("set") == name, F.col("passes")).otherwise(0)
-                                         .alias(f"passes {name}") for name in WRITTEN)))
-            .groupBy("user_id").agg(*(F.sum(c).alias(c) for c in PER_USER)).collect())
-    per_user = {row["user_id"]: [int(row[c]) for c in PER_USER] for row in rows}
+                                         .alias(f"passes {name}") for name in written_names)))
+            .groupBy("user_id").agg(*(F.sum(c).alias(c) for c in columns)).collect())
+    per_user = {row["user_id"]: [int(row[c]) for c in columns] for row in rows}
     return per_stratum, hits, sizes, per_user
 
 
-def acceptance_intervals(per_user: dict[int, list[int]], seed: int = 0) -> dict[str, object]:
-    """The acceptance figures with 95 % intervals from resampling users (their requests are bursts:
-    correlated within and across hours). Columns as in ``PER_USER``."""
+def acceptance_intervals(per_user: dict[int, list[int]], written: tuple[str, ...] = (NEW, TODAY),
+                         seed: int = 0) -> dict[str, object]:
+    """The acceptance figures of every written set against today's, with 95 % intervals from
+    resampling users (their requests are bursts: correlated within and across hours). Columns as
+    in :func:`per_user_columns` of ``written`` (today's set last)."""
     import numpy as np
 
     from solaris.evaluation.bootstrap import cluster_interval
 
-    totals = np.array(sorted(per_user.values()), dtype=np.float64).reshape(-1, len(PER_USER))
-    req, hit_new, hit_today, pass_new, pass_today = range(len(PER_USER))
-    return {
-        "written (new) hit rate": cluster_interval(totals, lambda s: s[..., hit_new] / s[..., req], seed=seed),
-        "written (today) hit rate": cluster_interval(totals, lambda s: s[..., hit_today] / s[..., req], seed=seed),
-        "hit rate new / today": cluster_interval(totals, lambda s: s[..., hit_new] / s[..., hit_today], seed=seed),
-        "FM passes per covered request, new / today": cluster_interval(
-            totals, lambda s: (s[..., pass_new] / s[..., hit_new]) / (s[..., pass_today] / s[..., hit_today]),
-            seed=seed),
-    }
+    columns = per_user_columns(written)
+    totals = np.array(sorted(per_user.values()), dtype=np.float64).reshape(-1, len(columns))
+    req = 0
+    hits = {name: columns.index(f"hits {name}") for name in written}
+    passes = {name: columns.index(f"passes {name}") for name in written}
+    today_hit, today_pass = hits[TODAY], passes[TODAY]
+    out: dict[str, object] = {}
+    for name in written:
+        hit, cost = hits[name], passes[name]
+        out[f"{name} hit rate"] = cluster_interval(totals, lambda s, h=hit: s[..., h] / s[..., req], seed=seed)
+        if name == TODAY:
+            continue
+        out[f"{name} hit rate / today's"] = cluster_interval(
+            totals, lambda s, h=hit: s[..., h] / s[..., today_hit], seed=seed)
+        out[f"{name} FM passes per covered request / today's"] = cluster_interval(
+            totals, lambda s, h=hit, c=cost: (s[..., c] / s[..., h]) / (s[..., today_pass] / s[..., today_hit]),
+            seed=seed)
+    return out
 
 
 def reachable(requests_per_user: list[int], budgets: tuple[int, ...] = BUDGETS) -> dict[int, int]:
@@ -203,7 +236,7 @@ def reachable(requests_per_user: list[int], budgets: tuple[int, ...] = BUDGETS) 
     return {b: sum(min(n, b) for n in requests_per_user) for b in budgets}
 
 
-def report(n_ticks, requests, requesters, hits, written, per_user, ceiling=None) -> None:
+def report(n_ticks, requests, requesters, hits, written, per_user, ceiling=None, written_names=(NEW, TODAY)) -> None:
     """Print the tables over the ticks measured so far (called after every tick: a run stopped early
     still leaves its figures in the log)."""
     prior = ("1-20", ">20")
@@ -226,20 +259,22 @@ def report(n_ticks, requests, requesters, hits, written, per_user, ceiling=None)
                 continue
             cells = [sum(hits[(name, s, b)] for s in members) / denominator for b in BUDGETS]
             print(f"{name:<16} {stratum:<8} " + " ".join(f"{100 * c:6.1f}%" for c in cells))
-    print("\nwritten sets (new: request verifier, top_k_per_user; today: relevance >= 0.5, top 20)")
+    print("\nwritten sets (new: request verifier at the configured threshold, top_k_per_user; p>=x: the same at "
+          "threshold x; today: relevance >= 0.5, top 20)")
     print(f"{'set':<16} {'pairs':>8} {'per user':>9} {'hit >=1':>8} {'precision':>10} {'FM passes':>10} "
           f"{'passes/hit':>11}")
     summary = {}
-    column = {name: PER_USER.index(f"passes {name}") for name in WRITTEN}
-    passes = {name: sum(totals[column[name]] for totals in per_user.values()) for name in WRITTEN}
-    for name in ("written (today)", "written (new)"):
+    columns = per_user_columns(written_names)
+    passes = {name: sum(totals[columns.index(f"passes {name}")] for totals in per_user.values())
+              for name in written_names}
+    for name in written_names:
         pairs, asked, users = written[name]
         hit = sum(hits[(name, s, BUDGETS[-1])] for s in prior)
         per_hit = passes[name] / hit if hit else float("inf")
         summary[name] = (hit / n_prior if n_prior else 0.0, per_hit)
         print(f"{name:<16} {pairs:>8} {pairs / max(users, 1):>9.1f} {100 * hit / max(n_prior, 1):>7.1f}% "
               f"{100 * asked / max(pairs, 1):>9.1f}% {passes[name]:>10} {per_hit:>11.1f}")
-    (new_hit, new_cost), (old_hit, old_cost) = summary["written (new)"], summary["written (today)"]
+    (new_hit, new_cost), (old_hit, old_cost) = summary[NEW], summary[TODAY]
     print(f"\nacceptance: written hit rate (>=1 prior event) {100 * new_hit:.1f}% (target >= 25%), "
           f"{new_hit / old_hit if old_hit else float('inf'):.2f}x today's {100 * old_hit:.1f}% (target >= 2.5x); "
           f"FM passes per covered request {new_cost:.1f} vs {old_cost:.1f} = "
@@ -247,10 +282,10 @@ def report(n_ticks, requests, requesters, hits, written, per_user, ceiling=None)
     users = sum(1 for totals in per_user.values() if totals[0])
     print(f"95 % intervals, resampling the {users} users with >= 1 prior event who requested "
           f"(and {len(per_user) - users} users with written pairs only):")
-    for name, interval in acceptance_intervals(per_user).items():
+    for name, interval in acceptance_intervals(per_user, written_names).items():
         percent = "rate" in name and "/" not in name
         low, estimate, high = (_figure(v, percent) for v in (interval.low, interval.estimate, interval.high))
-        print(f"  {name:<44} {estimate:>8}  [{low}, {high}]")
+        print(f"  {name:<60} {estimate:>8}  [{low}, {high}]")
 
 
 def _figure(value: float | None, percent: bool) -> str:
@@ -292,7 +327,9 @@ def main(argv: list[str] | None = None) -> None:
     requesters: dict[str, int] = defaultdict(int)
     hits: dict[tuple[str, str, int], int] = defaultdict(int)
     written: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    per_user: dict[int, list[int]] = defaultdict(lambda: [0] * len(PER_USER))
+    sweep = tuple(float(t) for t in args.request_thresholds.split(",") if t.strip())
+    names = written_sets(sweep)
+    per_user: dict[int, list[int]] = defaultdict(lambda: [0] * len(per_user_columns(names)))
     phases: dict[str, float] = defaultdict(float)
     seconds: list[float] = []
     ceiling: dict[int, int] = defaultdict(int)
@@ -301,9 +338,9 @@ def main(argv: list[str] | None = None) -> None:
         with tick_events(spark, config, tick):
             prepare_views(spark, config, tick, speculator)
             phases["views"] += time.perf_counter() - tick_started
-            sets, fm_passes, cached = ranked_sets(spark, config, tick, baseline_weights, phases)
+            sets, fm_passes, cached = ranked_sets(spark, config, tick, baseline_weights, phases, sweep)
             started = time.perf_counter()
-            per_stratum, tick_hits, sizes, tick_users = measure_tick(spark, config, tick, sets, fm_passes)
+            per_stratum, tick_hits, sizes, tick_users = measure_tick(spark, config, tick, sets, fm_passes, names)
             phases["measure"] += time.perf_counter() - started
             for frame in cached:
                 frame.unpersist()
@@ -326,10 +363,10 @@ def main(argv: list[str] | None = None) -> None:
               ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases.items()) + ")", flush=True)
         if number + 1 < len(ticks):
             print(f"--- after {number + 1} of {len(ticks)} ticks ---")
-            report(number + 1, requests, requesters, hits, written, per_user, ceiling)
+            report(number + 1, requests, requesters, hits, written, per_user, ceiling, names)
             print("---", flush=True)
 
-    report(len(ticks), requests, requesters, hits, written, per_user, ceiling)
+    report(len(ticks), requests, requesters, hits, written, per_user, ceiling, names)
     print(f"seconds per tick: median {sorted(seconds)[len(seconds) // 2]:.0f}, min {min(seconds):.0f}, "
           f"max {max(seconds):.0f}")
     print(f"bench wall time {time.perf_counter() - started:.0f} s at {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z")

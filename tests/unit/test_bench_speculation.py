@@ -26,12 +26,24 @@ def test_reachable_caps_each_requester_at_the_budget(speculation):
 
 
 def test_acceptance_intervals_are_the_pooled_ratios(speculation):
-    # requests, hits new, hits today, passes new, passes today (PER_USER order), per user
+    # requests, hits new, hits today, passes new, passes today (per_user_columns order), per user
     per_user = {1: [10, 4, 2, 20, 100], 2: [30, 6, 3, 40, 200], 3: [0, 0, 0, 10, 50]}
     intervals = speculation.acceptance_intervals(per_user)
     assert intervals["written (new) hit rate"].estimate == pytest.approx(10 / 40)
     assert intervals["written (today) hit rate"].estimate == pytest.approx(5 / 40)
-    assert intervals["hit rate new / today"].estimate == pytest.approx(2.0)
-    assert intervals["FM passes per covered request, new / today"].estimate == pytest.approx((70 / 10) / (350 / 5))
+    assert intervals["written (new) hit rate / today's"].estimate == pytest.approx(2.0)
+    assert intervals["written (new) FM passes per covered request / today's"].estimate == pytest.approx(
+        (70 / 10) / (350 / 5))
     for interval in intervals.values():
         assert interval.low is None or interval.low <= interval.estimate <= interval.high
+
+
+def test_a_threshold_sweep_adds_one_hits_and_one_passes_column_per_set(speculation):
+    names = speculation.written_sets((0.01,))
+    assert names == ("written (new)", "written p>=0.01", "written (today)")
+    columns = speculation.per_user_columns(names)
+    assert columns[0] == "requests" and len(columns) == 1 + 2 * len(names)
+    per_user = {1: [10, 4, 6, 2, 20, 40, 100], 2: [30, 6, 9, 3, 40, 80, 200]}
+    intervals = speculation.acceptance_intervals(per_user, names)
+    assert intervals["written p>=0.01 hit rate"].estimate == pytest.approx(15 / 40)
+    assert intervals["written p>=0.01 hit rate / today's"].estimate == pytest.approx(3.0)
