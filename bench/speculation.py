@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
 
     config = load_config(overrides=[f"warehouse={args.warehouse}", *NEW_SPECULATION, *args.set])
     spark = get_spark(config, "bench-speculation")
-    started = time.perf_counter()
+    bench_started = time.perf_counter()
     start, end = parse_utc(args.start), parse_utc(args.end)
     counts = requesters_per_hour(spark, config, start, end)
     ticks = busiest_ticks(counts, args.days * args.per_day, args.days, args.per_day)
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> None:
     report(len(ticks), requests, requesters, hits, written, per_user, ceiling, names)
     print(f"seconds per tick: median {sorted(seconds)[len(seconds) // 2]:.0f}, min {min(seconds):.0f}, "
           f"max {max(seconds):.0f}")
-    print(f"bench wall time {time.perf_counter() - started:.0f} s at {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z")
+    print(f"bench wall time {time.perf_counter() - bench_started:.0f} s at {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z")
 
 
 if __name__ == "__main__":
