@@ -369,7 +369,8 @@ def main(argv: list[str] | None = None) -> None:
     report(len(ticks), requests, requesters, hits, written, per_user, ceiling, names)
     print(f"seconds per tick: median {sorted(seconds)[len(seconds) // 2]:.0f}, min {min(seconds):.0f}, "
           f"max {max(seconds):.0f}")
-    print(f"bench wall time {time.perf_counter() - bench_started:.0f} s at {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z")
+    wall = time.perf_counter() - bench_started
+    print(f"bench wall time {wall:.0f} s at {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z")
 
 
 if __name__ == "__main__":
