@@ -185,18 +185,19 @@ def measure_tick(spark, config, tick, sets, passes, written_names):
                                        F.countDistinct("user_id").alias("users")).collect()
     prior = requests.where(F.col("stratum") != "none").select("user_id", "item_id", F.lit(1).alias("requests"))
     hit = prior.join(sets.where(F.col("set").startswith("written")), ["user_id", "item_id"])
-    columns = per_user_columns(written_names)
-    rows = (prior.select("user_id", "requests", *(F.lit(0).alias(c) for c in columns[1:]))
-            .unionByName(hit.select("user_id", F.lit(0).alias("requests"),
-                                    *(F.when(F.col("set") == name, 1).otherwise(0).alias(f"hits {name}")
-                                      for name in written_names),
-                                    *(F.lit(0).alias(f"passes {name}") for name in written_names)))
-            .unionByName(passes.select("user_id", F.lit(0).alias("requests"),
-                                       *(F.lit(0).alias(f"hits {name}") for name in written_names),
-                                       *(F.when(F.col("set") == name, F.col("passes")).otherwise(0)
-                                         .alias(f"passes {name}") for name in written_names)))
-            .groupBy("user_id").agg(*(F.sum(c).alias(c) for c in columns)).collect())
-    per_user = {row["user_id"]: [int(row[c]) for c in columns] for row in rows}
+    # Spark columns c0.. in per_user_columns order (the set names hold dots and spaces)
+    n = len(written_names)
+    zeros = [F.lit(0)] * (1 + 2 * n)
+
+    def row(values):
+        return [value.alias(f"c{j}") for j, value in enumerate(values)]
+    hit_values = [F.when(F.col("set") == name, 1).otherwise(0) for name in written_names]
+    pass_values = [F.when(F.col("set") == name, F.col("passes")).otherwise(0) for name in written_names]
+    rows = (prior.select("user_id", *row([F.col("requests"), *zeros[1:]]))
+            .unionByName(hit.select("user_id", *row([F.lit(0), *hit_values, *zeros[: n]])))
+            .unionByName(passes.select("user_id", *row([F.lit(0), *zeros[: n], *pass_values])))
+            .groupBy("user_id").agg(*(F.sum(f"c{j}").alias(f"c{j}") for j in range(1 + 2 * n))).collect())
+    per_user = {r["user_id"]: [int(r[f"c{j}"]) for j in range(1 + 2 * n)] for r in rows}
     return per_stratum, hits, sizes, per_user
 
 
