@@ -9,13 +9,17 @@ ticks chosen by the data (the ``--per-day`` hours with the most distinct request
 2. At each tick ``t`` the views of ``sql/candidates.sql`` are built from events ``<= t``; ranked pair
    sets are read from them: every source alone (its own per-user ranking), the blend, today's rules
    (cooc + trending + recent with the hand weights: the baseline), the new written set (request
-   verifier before the FM, threshold + top-k per user) and today's written set (the baseline's top
-   ``per_user`` candidates scored by the FM + relevance verifier UDF, threshold + top-k).
+   verifier before the FM, threshold + top-k per user; again at each ``--request-thresholds`` value)
+   and today's written set (the baseline's top ``per_user`` candidates scored by the FM + relevance
+   verifier UDF, threshold + top-k).
 3. Requests are the events in ``(t, t + horizon]``, stratified by the requester's event count at
    ``t`` (none / 1-20 / > 20). Hit rate at budget B = share of requests whose pair is within the
    user's first B pairs of a set. Precision = share of written pairs requested in ``(t, t + ttl]``.
    FM passes per tier-1-covered request = pairs scored by the FM / requests hit by the written set.
-
+   A ceiling row gives the most any B pairs per user could hit (min(requests, B) per requester).
+4. The acceptance figures of issue #16 (written hit rate among requesters with >= 1 prior event, its
+   ratio to today's, FM passes per covered request against today's) get 95 % intervals from
+   resampling users, the unit whose requests are correlated.
 Reads only events <= t for every decision; events after t only as labels of the measurement.
 
     .venv/bin/python bench/speculation.py --warehouse /tmp/spec-wh
@@ -75,7 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def ranked_sets(spark, config, tick, baseline_weights, phases, sweep=()):
     """(set, user_id, item_id, rank) of every pair set measured at ``tick`` (views already built),
-    the number of FM passes of each written set, and the frames to drop at the tick's end.
+    the FM passes of each written set per user (user_id, passes, set), and the frames to drop at the
+    tick's end.
 
     Every frame read more than once is computed once, eagerly (``source_parts``, the candidate
     pairs, the FM scores, the union of sets): without that the measurement's joins re-ran the
