@@ -18,7 +18,7 @@ concatenated; per-seed intervals use the same resamples, one seed at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -320,9 +320,24 @@ def cluster_interval(
     correlated (bursts) within and across hours, so the user is the unit that is drawn. NaN
     (a zero denominator) marks a resample as undefined, as in :func:`percentile_interval`.
     """
+    return cluster_intervals(totals, {"": statistic}, n_resamples, seed, confidence)[""]
+
+
+def cluster_intervals(
+    totals: np.ndarray,
+    statistics: Mapping[str, Callable[[np.ndarray], np.ndarray]],
+    n_resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[str, Interval]:
+    """:func:`cluster_interval` of several statistics of the same totals, from one set of resamples
+    (drawn and summed once; the intervals are paired, as every statistic sees the same draws)."""
     table = np.asarray(totals, dtype=np.float64)
     counts = resample_counts(table.shape[0], n_resamples, np.random.default_rng(seed)).astype(np.float64)
+    observed, resampled = table.sum(axis=0), counts @ table
+    out = {}
     with np.errstate(invalid="ignore", divide="ignore"):
-        estimate = float(statistic(table.sum(axis=0)))
-        replicates = np.asarray(statistic(counts @ table), dtype=np.float64)
-    return percentile_interval(estimate, replicates, confidence)
+        for name, statistic in statistics.items():
+            replicates = np.asarray(statistic(resampled), dtype=np.float64)
+            out[name] = percentile_interval(float(statistic(observed)), replicates, confidence)
+    return out
