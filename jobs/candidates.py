@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -45,6 +46,12 @@ class CandidatesResult:
 SPECULATOR_FILE = "speculator.json"
 # The retrieval parts of the last prepare_views call (read by several views), dropped at the next call.
 _CACHED: list[DataFrame] = []
+# The item-item statistics views and the source that reads each (only a used view is materialised).
+ITEM_STAT_VIEWS = {"item_cooc": "cooc", "item_next": "next"}
+# The item-item statistics of one period (precompute.candidates.item_stats_hours > 1), shared by the
+# runs of that period in this Spark session: key -> {view: materialised frame}. One period at a time.
+_ITEM_STATS: dict[tuple, dict[str, DataFrame]] = {}
+_VIEW_NAME = re.compile(r"^CREATE OR REPLACE TEMP VIEW (\w+)", re.IGNORECASE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,9 +173,40 @@ def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     retrieval_parts(spark, config, as_of, users).createOrReplaceTempView("retrieval_parts")
     params = candidate_params(rules, as_of, blend, request, restrict_users=users is not None)
     *views, final = statements(render("candidates", **params))
+    shared = _shared_item_stats(spark, config, params["stats_as_of"]) if rules.item_stats_hours > 1 else None
     for statement in views:
+        match = _VIEW_NAME.match(statement)
+        name = match.group(1) if match else ""
+        if shared is not None and name in shared:
+            shared[name].createOrReplaceTempView(name)  # computed by an earlier run of this period
+            continue
         spark.sql(statement)
+        if shared is not None and ITEM_STAT_VIEWS.get(name) in rules.sources:
+            shared[name] = _materialise(spark.table(name))
+            shared[name].createOrReplaceTempView(name)
     return final
+
+
+def _shared_item_stats(spark: SparkSession, config: SolarisConfig, stats_as_of: datetime) -> dict[str, DataFrame]:
+    """The cache entry of this period's item-item statistics; older periods are dropped (bounded: one).
+
+    Why this is safe: the statistics depend only on the events <= ``stats_as_of`` (never later than
+    any run of the period) and on the settings in the key. A late event stamped before
+    ``stats_as_of`` that is ingested during the period is seen from the next period on (a new
+    session, e.g. a spark-submit per stage, recomputes them at its first run)."""
+    rules = config.precompute.candidates
+    key = (spark.sparkContext.applicationId, config.table_path("events"), stats_as_of, rules.cooc_days,
+           rules.cooc_items_per_user, rules.cooc_neighbors, rules.next_window, rules.next_neighbors)
+    for old in [entry for entry in _ITEM_STATS if entry != key]:
+        del _ITEM_STATS[old]  # local checkpoints: their blocks go when the frames are collected
+    return _ITEM_STATS.setdefault(key, {})
+
+
+def _materialise(frame: DataFrame) -> DataFrame:
+    """Compute now and cut the lineage (a local checkpoint, not ``persist``): the frame must not depend
+    on this run's views, because replacing a temp view (``events``, ``past_events`` at the next run)
+    uncaches every cached plan built on the old one."""
+    return frame.localCheckpoint(eager=True)
 
 
 def build_candidates(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str,

@@ -194,6 +194,11 @@ class CandidateConfig(_Strict):
     cooc_days: float = Field(30, gt=0)
     cooc_items_per_user: int = Field(30, ge=2)
     cooc_neighbors: int = Field(30, ge=1)
+    # The item-item statistics (`item_cooc`, `item_next`) are computed as of the run's as-of floored to
+    # this many hours (UTC, epoch-aligned: 24 = midnight), from events <= that time; 1 = every run.
+    # Why: they are the costliest views of a tick and move slowly, so the ticks of one period (in one
+    # Spark session: replay, evaluate, benchmarks) share one computation. See docs/architecture.md §5.
+    item_stats_hours: int = Field(1, ge=1, le=168)
     trending_hours: float = Field(72, gt=0)
     trending_items: int = Field(50, ge=0)
     next_window: int = Field(10, ge=1)  # session continuation: the events right after an item

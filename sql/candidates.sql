@@ -3,11 +3,14 @@
 -- (user_id, item_id, score: the FM retrieval source, computed in jobs/candidates.py; empty when off).
 -- Only events with ts <= {as_of} are read (docs/architecture.md §2).
 -- Users active since {lookback_start} get candidates from these sources, each tagged in `source`:
---   cooc       items co-engaged (same user, recent events since {cooc_start}) with the user's recent items
+--   cooc       items co-engaged (same user, recent events in ({cooc_start}, {stats_as_of}]) with the user's
+--              recent items
 --   trending   the most engaged items since {trending_start}
 --   recent     the user's own recent items (re-exposure)
 --   next       session continuation: what users who engaged the user's last items engaged next (the
---              {next_window} events after them, events since {cooc_start})
+--              {next_window} events after them, events in ({cooc_start}, {stats_as_of}])
+-- The item-item statistics (item_cooc, item_next) are as of {stats_as_of} <= {as_of}
+-- (precompute.candidates.item_stats_hours); jobs/candidates.py shares them between the runs of a period.
 --   popular    the items engaged by the most distinct users since {popular_start}
 --   retrieval  the FM's user representation against item representations (FAISS inner product)
 -- Every source scores in [0, 1] per user and keeps its best {source_items} items per user; all but
@@ -44,7 +47,7 @@ SELECT user_id, item_id, ts, rn FROM (
 CREATE OR REPLACE TEMP VIEW cooc_window AS
 SELECT user_id, item_id FROM (
   SELECT user_id, item_id, row_number() OVER (PARTITION BY user_id ORDER BY ts DESC, item_id) AS rn
-  FROM past_events WHERE ts > {cooc_start}
+  FROM past_events WHERE ts > {cooc_start} AND ts <= {stats_as_of}
 ) WHERE rn <= {cooc_items_per_user};
 
 CREATE OR REPLACE TEMP VIEW item_cooc AS
@@ -61,7 +64,7 @@ SELECT item_a, item_b, n FROM (
 -- item id: ML-1M stores many ratings of one session under one timestamp, so their order is unknown).
 CREATE OR REPLACE TEMP VIEW user_sequence AS
 SELECT user_id, item_id, row_number() OVER (PARTITION BY user_id ORDER BY ts, item_id) AS pos
-FROM past_events WHERE ts > {cooc_start};
+FROM past_events WHERE ts > {cooc_start} AND ts <= {stats_as_of};
 
 CREATE OR REPLACE TEMP VIEW item_next AS
 SELECT item_a, item_b, n FROM (

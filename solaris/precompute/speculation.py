@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -95,11 +95,13 @@ def candidate_params(config: CandidateConfig, as_of: datetime, blend: LinearMode
     """
     hours = lambda value: timedelta(hours=value)  # noqa: E731
     blend = blend or hand_blend(config)
+    stats_as_of = item_stats_as_of(as_of, config.item_stats_hours)
     return {
         "as_of": as_of,
         "lookback_start": as_of - hours(config.lookback_hours),
         "hour_start": as_of - hours(1),
-        "cooc_start": as_of - timedelta(days=config.cooc_days),
+        "stats_as_of": stats_as_of,
+        "cooc_start": stats_as_of - timedelta(days=config.cooc_days),
         "trending_start": as_of - hours(config.trending_hours),
         "popular_start": as_of - timedelta(days=config.popular_days),
         "recent_items": config.recent_items,
@@ -119,6 +121,15 @@ def candidate_params(config: CandidateConfig, as_of: datetime, blend: LinearMode
         "budget": config.budget,
         "restrict_users": restrict_users,
     }
+
+
+def item_stats_as_of(as_of: datetime, period_hours: int) -> datetime:
+    """The as-of of the item-item statistics: ``as_of`` floored to ``period_hours`` (epoch-aligned, UTC).
+
+    Never later than ``as_of``, so the statistics stay point-in-time; every run of one period gets
+    the same value, so they can share one computation (``jobs/candidates``)."""
+    epoch = datetime(1970, 1, 1, tzinfo=as_of.tzinfo and timezone.utc)
+    return as_of - (as_of - epoch) % timedelta(hours=period_hours)
 
 
 def fit_logistic(x: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None, l2: float = 1.0,

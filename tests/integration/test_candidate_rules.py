@@ -19,13 +19,13 @@ def _events(spark, config, rows):
     frame.write.format("delta").mode("overwrite").save(config.table_path("events"))
 
 
-def _pairs(spark, config, **overrides):
+def _pairs(spark, config, as_of=AS_OF, **overrides):
     from solaris.config import load_config
     from tests.conftest import TEST_OVERRIDES
 
     settings = [f"precompute.candidates.{k}={v}" for k, v in overrides.items()]
     cfg = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={config.warehouse}", *settings])
-    rows = build_candidates(spark, cfg, AS_OF, "run-x").collect()
+    rows = build_candidates(spark, cfg, as_of, "run-x").collect()
     return {(r["user_id"], r["item_id"]): r for r in rows}
 
 
@@ -84,7 +84,9 @@ def test_an_event_after_as_of_changes_neither_candidates_nor_learned_models(spar
     from solaris.jobs.train_speculator import fit
 
     every_source = {"sources": "[cooc, trending, recent, next, popular, retrieval]", "blend": "learned"}
-    config = make_config(*(f"precompute.candidates.{key}={value}" for key, value in every_source.items()))
+    # 6 training ticks (default 24): the question is whether later events leak in, not the fit's quality
+    config = make_config(*(f"precompute.candidates.{key}={value}" for key, value in every_source.items()),
+                         "precompute.speculator.ticks=6")
     past = [(u, 10 + (u + k) % 7, 30 - k - u % 5) for u in range(1, 12) for k in range(8)]
     _events(spark, config, past)
     before = _pairs(spark, config, **every_source)
@@ -92,3 +94,30 @@ def test_an_event_after_as_of_changes_neither_candidates_nor_learned_models(spar
     _events(spark, config, [*past, (3, 99, -1), (4, 12, -2), (20, 11, -0.5)])
     assert _pairs(spark, config, **every_source) == before and _pairs(spark, config, **every_source) == before
     assert fit(spark, config, AS_OF) == model
+
+
+def test_daily_item_statistics_are_as_of_midnight_and_shared_by_the_day_s_runs(spark, make_config):
+    """precompute.candidates.item_stats_hours=24: co-occurrence counts events up to midnight only; the
+    day's runs in one session reuse one computation, and reusing it equals computing it afresh."""
+    from solaris.jobs import candidates
+
+    config = make_config()
+    _events(spark, config, [
+        (2, 10, 30), (2, 11, 29),  # yesterday: 10 and 11 co-occur
+        (9, 20, 3), (9, 21, 2),  # today (09:00, 10:00): 20 and 21 co-occur, after midnight
+        (3, 10, 1), (10, 20, 1),  # the users asking at 12:00
+    ])
+    sources = {"sources": "[cooc]"}
+    hourly = _pairs(spark, config, **sources)
+    assert (3, 11) in hourly and (10, 21) in hourly
+    candidates._ITEM_STATS.clear()
+    daily = {**sources, "item_stats_hours": 24}
+    earlier = _pairs(spark, config, as_of=AS_OF - timedelta(hours=1), **daily)
+    (key, shared), = candidates._ITEM_STATS.items()
+    assert AS_OF.replace(hour=0) in key and set(shared) == {"item_cooc"}
+    at_noon = _pairs(spark, config, **daily)
+    assert candidates._ITEM_STATS[key]["item_cooc"] is shared["item_cooc"]  # reused, not recomputed
+    assert (3, 11) in at_noon and (10, 21) not in at_noon  # today's co-occurrence waits for tomorrow
+    assert (3, 11) in earlier
+    candidates._ITEM_STATS.clear()
+    assert _pairs(spark, config, **daily) == at_noon

@@ -9,6 +9,7 @@ from solaris.precompute.speculation import (
     effective_threshold,
     expires_at,
     is_servable,
+    item_stats_as_of,
     threshold_inputs,
     verify_mask,
 )
@@ -78,6 +79,17 @@ def test_candidate_params_render_into_sql():
     assert "TIMESTAMP '2000-11-30 00:00:00.000000'" in sql and "{" not in sql
     parts = statements(sql)
     assert parts[-1].lstrip().upper().startswith("SELECT") and len(parts) == 18
+
+
+def test_item_statistics_are_as_of_the_period_start_never_later_than_the_run():
+    at = lambda *hms: datetime(2000, 12, 1, *hms, tzinfo=timezone.utc)  # noqa: E731
+    assert item_stats_as_of(at(13, 0), 1) == at(13, 0) and item_stats_as_of(at(13, 30), 1) == at(13, 0)
+    assert item_stats_as_of(at(13, 0), 24) == at(0, 0) == item_stats_as_of(at(0, 0), 24)
+    assert item_stats_as_of(at(23, 59, 59), 6) == at(18, 0)
+    assert item_stats_as_of(datetime(2000, 12, 1, 5), 24) == datetime(2000, 12, 1)  # naive stays naive
+    params = candidate_params(CandidateConfig(item_stats_hours=24, cooc_days=1), at(13, 0))
+    assert params["stats_as_of"] == at(0, 0) and params["cooc_start"] == datetime(2000, 11, 30, tzinfo=timezone.utc)
+    assert params["as_of"] == at(13, 0) and params["hour_start"] == at(12, 0)  # the rest stays the run's
 
 
 def test_sql_rendering_refuses_unsafe_values_and_missing_params():
