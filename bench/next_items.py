@@ -19,8 +19,10 @@ of a hit, with plain numpy / torch on the driver (ML-1M fits in memory; no Spark
 
 Every predictor skips the items the user already engaged (ML-1M has no repeats) and is scored on
 events ``<= t`` only; events in ``(t, t + 1h]`` are the labels. Hit rate at B = share of requests whose
-item is among the user's first B. Intervals (95 %) come from resampling users
-(``solaris.evaluation.bootstrap.cluster_intervals``), the unit whose requests are correlated.
+item is among the user's first B. For comparison with published next-item results, the bench also
+gives the share of requester-ticks whose *first* request after ``t`` is in the user's top 10.
+Intervals (95 %) come from resampling users (``solaris.evaluation.bootstrap.cluster_intervals``),
+the unit whose requests are correlated.
 
     .venv/bin/python bench/next_items.py --warehouse /tmp/spec-wh
 """
@@ -38,6 +40,7 @@ import scipy.sparse as sp
 
 BUDGETS = (10, 20, 50, 100, 200)
 PREDICTORS = ("popular", "item_knn", "transitions", "sequence")
+NEXT_ITEM_K = 10
 STRATA = ("1-20", ">20")  # requesters with >= 1 prior event; those with none cannot be hit by a per-user list
 
 
@@ -204,13 +207,27 @@ def train_sequence_model(past: Events, length: int, targets: int, epochs: int, d
     return model.eval()
 
 
+def ranking(scores: np.ndarray, engaged: np.ndarray, depth: int) -> np.ndarray:
+    """users x depth: each user's first ``depth`` items by score, engaged items skipped, ties by item."""
+    masked = np.where(engaged, -np.inf, scores)
+    return np.argsort(-masked, axis=1, kind="stable")[:, :depth]
+
+
 def hits_per_user(scores: np.ndarray, engaged: np.ndarray, truth: np.ndarray,
                   budgets: tuple[int, ...] = BUDGETS) -> np.ndarray:
     """users x budgets: requests hit by each user's first B items (engaged items skipped, ties by item)."""
-    masked = np.where(engaged, -np.inf, scores)
-    order = np.argsort(-masked, axis=1, kind="stable")[:, :max(budgets)]
+    return hits_within(ranking(scores, engaged, max(budgets)), truth, budgets)
+
+
+def hits_within(order: np.ndarray, truth: np.ndarray, budgets: tuple[int, ...] = BUDGETS) -> np.ndarray:
     hit = np.take_along_axis(truth, order, axis=1).cumsum(axis=1)
     return np.stack([hit[:, b - 1] for b in budgets], axis=1)
+
+
+def next_item_hits(order: np.ndarray, first_items: np.ndarray, k: int = NEXT_ITEM_K) -> np.ndarray:
+    """Per user: is the first item requested after ``t`` among the first ``k``? (the published
+    next-item protocol's HR@k, measured at the tick instead of right before that item)."""
+    return (order[:, :k] == first_items[:, None]).any(axis=1)
 
 
 def tick_scores(past: Events, users: np.ndarray, t: int, model, length: int) -> dict[str, np.ndarray]:
@@ -232,31 +249,37 @@ def tick_scores(past: Events, users: np.ndarray, t: int, model, length: int) -> 
 
 def report(hits: dict[str, np.ndarray], strata: np.ndarray, requests: np.ndarray, user: np.ndarray,
            names: tuple[str, ...]) -> dict[str, object]:
-    """Hit rates per predictor, budget and stratum (rows: requester-ticks), and the @50 rates with
-    intervals from resampling users (rows summed per user first). Returns the @50 intervals."""
+    """Hit rates per predictor, budget and stratum (rows: requester-ticks; ``hits`` has one column per
+    budget, then the next-item hit), and the @50 rates and next-item HR@10 with intervals from
+    resampling users (rows summed per user first). Returns the intervals."""
     from solaris.evaluation.bootstrap import cluster_intervals
 
     print(f"{'predictor':<12} {'stratum':<6}" + "".join(f"{'@' + str(b):>8}" for b in BUDGETS))
     for name in names:
         for stratum in (*STRATA, ">=1"):
             rows = np.ones(len(strata), bool) if stratum == ">=1" else strata == stratum
-            rates = hits[name][rows].sum(axis=0) / max(requests[rows].sum(), 1)
+            rates = hits[name][rows, :len(BUDGETS)].sum(axis=0) / max(requests[rows].sum(), 1)
             print(f"{name:<12} {stratum:<6}" + "".join(f"{100 * r:7.1f}%" for r in rates))
-    at50 = BUDGETS.index(50)
+    at50, n = BUDGETS.index(50), len(names)
     codes = np.unique(user, return_inverse=True)[1]
-    table = np.zeros((codes.max() + 1, len(names) + 1))
-    np.add.at(table, codes, np.column_stack([requests] + [hits[name][:, at50] for name in names]))
+    # per user: requests, hits @50 per predictor, requester-ticks, next-item hits per predictor
+    table = np.zeros((codes.max() + 1, 2 * n + 2))
+    np.add.at(table, codes, np.column_stack([requests] + [hits[name][:, at50] for name in names]
+                                            + [np.ones(len(user))] + [hits[name][:, -1] for name in names]))
     stats = {name: (lambda s, j=j: s[..., j + 1] / s[..., 0]) for j, name in enumerate(names)}
     base = names.index("popular")
     stats.update({f"{name} / popular": (lambda s, j=j: s[..., j + 1] / s[..., base + 1])
                   for j, name in enumerate(names) if j != base})
+    stats.update({f"{name} next item HR@{NEXT_ITEM_K}": (lambda s, j=j: s[..., n + 2 + j] / s[..., n + 1])
+                  for j, name in enumerate(names)})
     intervals = cluster_intervals(table, stats)
-    print("@50, requests of users with >= 1 prior event; 95 % intervals from resampling users (paired):")
+    print("@50, requests of users with >= 1 prior event; 95 % intervals from resampling users (paired); then the "
+          f"share of requester-ticks whose first request is in the top {NEXT_ITEM_K}:")
     for name, iv in intervals.items():
         scale, unit = (1, "x") if "/" in name else (100, " %")
         low = "-" if iv.low is None else f"{scale * iv.low:.2f}"
         high = "-" if iv.high is None else f"{scale * iv.high:.2f}"
-        print(f"  {name:<24} {scale * (iv.estimate or 0):6.2f}{unit} [{low}, {high}]")
+        print(f"  {name:<32} {scale * (iv.estimate or 0):6.2f}{unit} [{low}, {high}]")
     return intervals
 
 
@@ -314,8 +337,11 @@ def main(argv: list[str] | None = None) -> None:
         truth = np.zeros((len(users), events.n_items), bool)
         truth[np.searchsorted(users, future.user[keep]), future.item[keep]] = True
         engaged = past.matrix()[users].toarray() > 0
+        # the first request of each user (the future is ordered by user, then time, then item)
+        first_items = future.item[keep][np.unique(future.user[keep], return_index=True)[1]]
         for name, scores in tick_scores(past, users, t, model, args.seq_len).items():
-            row_hits[name].append(hits_per_user(scores, engaged, truth))
+            order = ranking(scores, engaged, max(BUDGETS))
+            row_hits[name].append(np.column_stack([hits_within(order, truth), next_item_hits(order, first_items)]))
         row_user.append(users)
         row_history.append(prior[users])
         row_requests.append(truth.sum(axis=1))

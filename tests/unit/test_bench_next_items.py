@@ -60,6 +60,10 @@ def test_hits_skip_engaged_items_and_count_within_each_budget(bench):
     truth = np.array([[True, False, True, True]])
     # ranking without the engaged item 0: 1, 2, 3 -> hits at 1: 0, at 2: 1, at 3: 2
     assert bench.hits_per_user(scores, engaged, truth, (1, 2, 3)).tolist() == [[0, 1, 2]]
+    order = bench.ranking(scores, engaged, 3)
+    assert order.tolist() == [[1, 2, 3]]
+    assert bench.next_item_hits(order, np.array([2]), k=2).tolist() == [True]
+    assert bench.next_item_hits(order, np.array([3]), k=2).tolist() == [False]
 
 
 def test_scores_at_t_ignore_every_event_after_t(bench):
