@@ -205,7 +205,8 @@ def _shared_item_stats(spark: SparkSession, config: SolarisConfig, stats_as_of: 
 def _materialise(frame: DataFrame) -> DataFrame:
     """Compute now and cut the lineage (a local checkpoint, not ``persist``): the frame must not depend
     on this run's views, because replacing a temp view (``events``, ``past_events`` at the next run)
-    uncaches every cached plan built on the old one."""
+    uncaches every cached plan built on the old one). A local checkpoint lives on the executors that
+    computed it: on a cluster that removes executors (dynamic allocation) keep ``item_stats_hours`` 1."""
     return frame.localCheckpoint(eager=True)
 
 
