@@ -14,8 +14,8 @@ of a hit, with plain numpy / torch on the driver (ML-1M fits in memory; no Spark
 * ``sequence``     a GRU over the user's last ``--seq-len`` items trained for the question asked: its
                    output at every position is scored against the *next* ``--targets`` items of the
                    sequence (a multi-target softmax over all items), trained once on the events
-                   ``<= the first tick`` (so every later tick is point-in-time; the model is up to a
-                   week stale at the last tick, as a daily retrain would be at most a day).
+                   ``<= the first tick`` (so every later tick is point-in-time; the model is up to
+                   nine days stale at the last of the default ticks, where a daily retrain would be a day).
 
 Every predictor skips the items the user already engaged (ML-1M has no repeats) and is scored on
 events ``<= t`` only; events in ``(t, t + 1h]`` are the labels. Hit rate at B = share of requests whose
