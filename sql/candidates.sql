@@ -9,8 +9,6 @@
 --   recent     the user's own recent items (re-exposure)
 --   next       session continuation: what users who engaged the user's last items engaged next (the
 --              {next_window} events after them, events in ({cooc_start}, {stats_as_of}])
--- The item-item statistics (item_cooc, item_next) are as of {stats_as_of} <= {as_of}
--- (precompute.candidates.item_stats_hours); jobs/candidates.py shares them between the runs of a period.
 --   popular    the items engaged by the most distinct users since {popular_start}
 --   retrieval  the FM's user representation against item representations (FAISS inner product)
 -- Every source scores in [0, 1] per user and keeps its best {source_items} items per user; all but
@@ -18,6 +16,8 @@
 -- activity features of the user (`features` below): spec_score = the blend (a logit when learned),
 -- request_score = the request model's probability (the verifier's input when precompute.verifier.rule
 -- is `request`; NULL without one).
+-- The item-item statistics (item_cooc, item_next) are as of {stats_as_of} <= {as_of}
+-- (precompute.candidates.item_stats_hours); jobs/candidates.py shares them between the runs of a period.
 
 CREATE OR REPLACE TEMP VIEW past_events AS
 SELECT user_id, item_id, ts FROM events WHERE ts <= {as_of};
