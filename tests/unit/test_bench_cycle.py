@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "cycle.py"
+from tests.unit.bench_scripts import bench_script
 
 
 @pytest.fixture(scope="module")
 def cycle():
-    spec = importlib.util.spec_from_file_location("bench_cycle", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with bench_script("cycle") as module:
+        yield module
 
 
 def _job(job, start, end, group, description=None, execution=None, stage="count at x"):

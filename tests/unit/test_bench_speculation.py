@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "speculation.py"
+from tests.unit.bench_scripts import bench_script
 
 
 @pytest.fixture(scope="module")
 def speculation():
-    spec = importlib.util.spec_from_file_location("bench_speculation", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    with bench_script("speculation") as module:
+        yield module
 
 
 def test_reachable_caps_each_requester_at_the_budget(speculation):
