@@ -110,9 +110,8 @@ def popular_scores(past: Events, t: int, days: int = 90) -> np.ndarray:
     return np.bincount(pairs % past.n_items, minlength=past.n_items).astype(np.float32)
 
 
-def item_cosine(past: Events) -> np.ndarray:
-    """items x items cosine similarity of the engagement columns, diagonal 0."""
-    matrix = past.matrix()
+def item_cosine(matrix: sp.csr_matrix) -> np.ndarray:
+    """items x items cosine similarity of the engagement columns (``Events.matrix``), diagonal 0."""
     norms = np.sqrt(np.asarray(matrix.sum(axis=0)).ravel()) + 1e-9
     similarity = (matrix.T @ matrix).toarray().astype(np.float32) / norms[:, None] / norms[None, :]
     np.fill_diagonal(similarity, 0.0)
@@ -230,12 +229,14 @@ def next_item_hits(order: np.ndarray, first_items: np.ndarray, k: int = NEXT_ITE
     return (order[:, :k] == first_items[:, None]).any(axis=1)
 
 
-def tick_scores(past: Events, users: np.ndarray, t: int, model, length: int) -> dict[str, np.ndarray]:
-    """users x items scores of every predictor at ``t`` from ``past`` (events <= t) only."""
+def tick_scores(past: Events, matrix: sp.csr_matrix, users: np.ndarray, t: int, model,
+                length: int) -> dict[str, np.ndarray]:
+    """users x items scores of every predictor at ``t`` from ``past`` (events <= t, ``matrix`` its
+    ``Events.matrix()``, built once per tick by the caller, which also needs it) only."""
     seeds = last_items(past, users, 20)
     scores = {
         "popular": np.tile(popular_scores(past, t), (len(users), 1)),
-        "item_knn": np.asarray(seeds @ item_cosine(past)),
+        "item_knn": np.asarray(seeds @ item_cosine(matrix)),
         "transitions": np.asarray((seeds @ transition_counts(past, 20)).todense()),
     }
     if model is not None:
@@ -336,10 +337,11 @@ def main(argv: list[str] | None = None) -> None:
             continue
         truth = np.zeros((len(users), events.n_items), bool)
         truth[np.searchsorted(users, future.user[keep]), future.item[keep]] = True
-        engaged = past.matrix()[users].toarray() > 0
+        matrix = past.matrix()
+        engaged = matrix[users].toarray() > 0
         # the first request of each user (the future is ordered by user, then time, then item)
         first_items = future.item[keep][np.unique(future.user[keep], return_index=True)[1]]
-        for name, scores in tick_scores(past, users, t, model, args.seq_len).items():
+        for name, scores in tick_scores(past, matrix, users, t, model, args.seq_len).items():
             order = ranking(scores, engaged, max(BUDGETS))
             row_hits[name].append(np.column_stack([hits_within(order, truth), next_item_hits(order, first_items)]))
         row_user.append(users)

@@ -66,8 +66,9 @@ def test_scores_at_t_ignore_every_event_after_t(bench):
     base = _events(bench, rows)
     later = _events(bench, rows + [(0, 5, 1000), (1, 4, 1001), (3, 0, 2000)])
     users = np.array([0, 1, 2])
-    before = bench.tick_scores(base.until(30), users, 30, None, 3)
-    after = bench.tick_scores(later.until(30), users, 30, None, 3)
+    past, past_later = base.until(30), later.until(30)
+    before = bench.tick_scores(past, past.matrix(), users, 30, None, 3)
+    after = bench.tick_scores(past_later, past_later.matrix(), users, 30, None, 3)
     assert before.keys() == after.keys() == {"popular", "item_knn", "transitions"}
     for name in before:
         np.testing.assert_array_equal(before[name], after[name])
