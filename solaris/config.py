@@ -56,6 +56,8 @@ class SparkConfig(_Strict):
     shuffle_partitions: int = Field(8, ge=1)
     driver_memory: str = "4g"
     ui_enabled: bool = False
+    # Adaptive query execution (spark.sql.adaptive.enabled); why it is on: solaris/spark.py.
+    adaptive: bool = True
     jars_dir: str = "jars"
     arrow_max_records_per_batch: int = Field(10000, ge=1)
 

@@ -67,8 +67,11 @@ def session_conf(config: SolarisConfig, master: str | None = None) -> dict[str, 
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         # Delta rebuilds table state with this many tasks (default 50: pure overhead on small tables).
         "spark.databricks.delta.snapshotPartitions": str(max(2, config.spark.shuffle_partitions)),
-        # Delta's MERGE/optimistic writes are retried by our own code; keep logs readable.
-        "spark.sql.adaptive.enabled": "true",
+        # Adaptive query execution re-plans a query between its shuffle stages, each of which then
+        # runs as its own Spark job: on our small tables it doubles the jobs of a tick (224 vs 107)
+        # without changing its wall time (BENCHMARKS.md), and it is what large inputs need, so it
+        # stays on by default.
+        "spark.sql.adaptive.enabled": str(config.spark.adaptive).lower(),
         # ORDER BY ... LIMIT n (the candidate budget) keeps an n-slot top-k buffer in one task up to
         # this n; above it Spark sorts globally instead, so a large budget cannot OOM an executor.
         "spark.sql.execution.topKSortFallbackThreshold": "500000",

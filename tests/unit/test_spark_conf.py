@@ -24,3 +24,8 @@ def test_master_defaults_to_config():
 def test_missing_jars_explain_setup(tmp_path):
     with pytest.raises(SparkSetupError, match="make setup"):
         delta_jars(tmp_path)
+
+
+def test_adaptive_execution_is_on_by_default_and_can_be_turned_off():
+    assert session_conf(load_config())["spark.sql.adaptive.enabled"] == "true"
+    assert session_conf(load_config(overrides=["spark.adaptive=false"]))["spark.sql.adaptive.enabled"] == "false"
