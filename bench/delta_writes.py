@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=10, help="writes per kind and size (first two not counted)")
     parser.add_argument("--dim", type=int, default=16, help="embedding length of each row")
     parser.add_argument("--threads", type=int, default=2, help="Spark local[N]")
-    parser.add_argument("--tick-writes", default=",".join(f"{k}={v}" for k, v in TICK_WRITES.items()))
+    parser.add_argument("--tick-writes", default=",".join(f"{k}={v}" for k, v in TICK_WRITES.items()),
+                        help="commits of one tick by kind, for the floor (default: today's tick)")
     args = parser.parse_args(argv)
     if args.repeats < 3:
         parser.error("--repeats must be at least 3 (the first two writes are warm-up)")
