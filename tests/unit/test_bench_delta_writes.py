@@ -13,7 +13,7 @@ def delta_writes():
         yield module
 
 
-def test_the_default_tick_makes_nine_commits_as_bench_cycle_counts_them(delta_writes):
+def test_the_default_tick_writes_are_nine_and_parse_back_from_their_option_text(delta_writes):
     assert sum(delta_writes.TICK_WRITES.values()) == 9
     assert delta_writes.parse_writes("merge_if_new_run=5,merge_into=1, replace_where=2,overwrite=1,") == \
         delta_writes.TICK_WRITES
