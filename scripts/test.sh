@@ -19,20 +19,20 @@ if [ "${SOLARIS_TEST_SHARDS:-2}" = "1" ]; then
   exec "${PYTEST[@]}" tests
 fi
 
-log=$(mktemp -t solaris-airflow-tests.XXXXXX.log)
+log=$(mktemp -t solaris-background-tests.XXXXXX.log)
 QUICK_EVALUATE=tests/integration/test_evaluate.py::test_quick_mode_through_the_cli_reports_every_variant_and_resumes
 "${PYTEST[@]}" tests/e2e tests/dags "$QUICK_EVALUATE" > "$log" 2>&1 &
-airflow_shard=$!
-trap 'kill "$airflow_shard" 2>/dev/null || true' INT TERM
+background_shard=$!
+trap 'kill "$background_shard" 2>/dev/null || true' INT TERM
 echo "[test] tests/e2e + tests/dags + the quick evaluation run in the background (log: $log); unit, integration, reliability here"
 "${PYTEST[@]}" tests/unit tests/integration tests/reliability --deselect "$QUICK_EVALUATE"
 rest=$?
 echo "[test] waiting for the background shard (tests/e2e + tests/dags + the quick evaluation)"
-wait "$airflow_shard"
-airflow=$?
+wait "$background_shard"
+background=$?
 echo "==================== tests/e2e + tests/dags + the quick evaluation (ran in parallel) ===================="
 cat "$log"
-echo "[test] unit+integration+reliability exit $rest; e2e+dags+quick evaluation exit $airflow"
-if [ "$rest" -ne 0 ] || [ "$airflow" -ne 0 ]; then
+echo "[test] unit+integration+reliability exit $rest; e2e+dags+quick evaluation exit $background"
+if [ "$rest" -ne 0 ] || [ "$background" -ne 0 ]; then
   exit 1
 fi

@@ -68,9 +68,9 @@ def session_conf(config: SolarisConfig, master: str | None = None) -> dict[str, 
         # Delta rebuilds table state with this many tasks (default 50: pure overhead on small tables).
         "spark.databricks.delta.snapshotPartitions": str(max(2, config.spark.shuffle_partitions)),
         # Adaptive query execution re-plans a query between its shuffle stages, each of which then
-        # runs as its own Spark job: on our small tables it doubles the jobs of a tick (224 vs 107)
-        # without changing its wall time (BENCHMARKS.md), and it is what large inputs need, so it
-        # stays on by default.
+        # runs as its own Spark job. On small tables that means more jobs but not a slower tick
+        # (measured in BENCHMARKS.md), and large inputs need its run-time partition, skew and join
+        # decisions, so it stays on by default.
         "spark.sql.adaptive.enabled": str(config.spark.adaptive).lower(),
         # ORDER BY ... LIMIT n (the candidate budget) keeps an n-slot top-k buffer in one task up to
         # this n; above it Spark sorts globally instead, so a large budget cannot OOM an executor.
