@@ -14,9 +14,10 @@ loads): it is printed but the medians are taken over all ticks, as a scheduler w
 
 Then what the tick *does*, which a shared machine cannot blur: per stage, the median number of
 Spark jobs, Spark stages and tasks it ran (each stage runs under its own job group, read back
-from ``statusTracker``) and of Delta commits it made (new files in every table's ``_delta_log``);
-``other`` is what the tick did outside the stages (the batched ``runs`` MERGE, caching the
-tick's events).
+from ``statusTracker``), of generated-code classes it had Janino compile (Spark's
+``CodegenMetrics``; classes found in Spark's codegen cache are not compiled again) and of Delta
+commits it made (new files in every table's ``_delta_log``); ``other`` is what the tick did
+outside the stages (the batched ``runs`` MERGE, caching the tick's events).
 
 With ``--event-log DIR`` Spark also writes its event log there, and the bench splits each stage's
 median wall seconds into *Spark-busy* seconds (at least one Spark job running: the union of the
@@ -62,6 +63,13 @@ class CycleCounter:
         """Commit files per Delta table under the warehouse (``_delta_log/<version>.json``)."""
         return {log.parent.name: sum(1 for _ in log.glob("*.json")) for log in self.warehouse.glob("*/_delta_log")}
 
+    def compilations(self) -> int:
+        """Generated-code classes Janino has compiled in this JVM so far (Spark's CodegenMetrics);
+        a class found in Spark's codegen cache is not compiled again and is not counted."""
+        jvm = self.spark.sparkContext._jvm  # noqa: SLF001 - Spark's metrics have no Python API
+        metrics = jvm.org.apache.spark.metrics.source.CodegenMetrics
+        return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
     def jobs(self, group: str | None) -> tuple[int, int, int]:
         tracker = self.spark.sparkContext.statusTracker()
         jobs = tracker.getJobIdsForGroup(group)
@@ -76,6 +84,7 @@ class CycleCounter:
         self.groups[group] = name
         context = self.spark.sparkContext
         before = self.commits()
+        compiled_before = self.compilations()
         outer = context.getLocalProperty("spark.jobGroup.id")  # the tick's group around a stage's
         context.setJobGroup(group, name)
         try:
@@ -88,6 +97,7 @@ class CycleCounter:
                          if after[table] != before.get(table, 0)}
             self.counts[name] = {"jobs": jobs, "spark_stages": stages, "tasks": tasks,
                                  "commits": sum(per_table.values()),
+                                 "compilations": self.compilations() - compiled_before,
                                  **{f"commits:{table}": n for table, n in per_table.items()}}
 
 
@@ -221,7 +231,8 @@ def fm_seconds_per_pair(spark, config, as_of, threads: int) -> tuple[float, int]
 
 def print_counts(rows: list[dict], names: list[str]) -> None:
     """Median Spark jobs / stages / tasks and Delta commits per stage over the ticks, commits by table."""
-    print("\nper stage, median over the ticks:  jobs  spark-stages  tasks  commits  (commits by table)")
+    print("\nper stage, median over the ticks:  jobs  spark-stages  tasks  codegen-compiles  commits"
+          "  (commits by table)")
     for name in names:
         seen = [row["counts"].get(name, {}) for row in rows]
         keys = sorted({key for counts in seen for key in counts})
@@ -229,7 +240,8 @@ def print_counts(rows: list[dict], names: list[str]) -> None:
         tables = ", ".join(f"{key.split(':', 1)[1]} {value:g}" for key, value in median.items()
                            if key.startswith("commits:") and value)
         print(f"{name:<34} {median.get('jobs', 0):>5g} {median.get('spark_stages', 0):>13g} "
-              f"{median.get('tasks', 0):>6g} {median.get('commits', 0):>8g}  {tables}")
+              f"{median.get('tasks', 0):>6g} {median.get('compilations', 0):>17g} "
+              f"{median.get('commits', 0):>8g}  {tables}")
 
 
 def main() -> None:

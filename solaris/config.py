@@ -60,6 +60,8 @@ class SparkConfig(_Strict):
     adaptive: bool = True
     jars_dir: str = "jars"
     arrow_max_records_per_batch: int = Field(10000, ge=1)
+    # Compiled query classes kept per JVM (spark.sql.codegen.cache.maxEntries); why: solaris/spark.py.
+    codegen_cache_entries: int = Field(2000, ge=100)
 
 
 class TablesConfig(_Strict):

@@ -72,6 +72,13 @@ def session_conf(config: SolarisConfig, master: str | None = None) -> dict[str, 
         # (measured in BENCHMARKS.md), and large inputs need its run-time partition, skew and join
         # decisions, so it stays on by default.
         "spark.sql.adaptive.enabled": str(config.spark.adaptive).lower(),
+        # Spark compiles each query's generated Java code with Janino and keeps the compiled classes
+        # in a cache keyed by the source text, 100 entries by default. One hourly tick asks for
+        # several hundred distinct classes, so with 100 the cache is evicted within a tick and every
+        # tick compiles (and the JIT re-optimises) the same code again. Sized to hold a tick's
+        # classes several times over; bounded, because literals that change every tick (the as-of
+        # time) make some classes new each tick (BENCHMARKS.md: compilations per tick).
+        "spark.sql.codegen.cache.maxEntries": str(config.spark.codegen_cache_entries),
         # ORDER BY ... LIMIT n (the candidate budget) keeps an n-slot top-k buffer in one task up to
         # this n; above it Spark sorts globally instead, so a large budget cannot OOM an executor.
         "spark.sql.execution.topKSortFallbackThreshold": "500000",

@@ -29,3 +29,9 @@ def test_missing_jars_explain_setup(tmp_path):
 def test_adaptive_execution_is_on_by_default_and_can_be_turned_off():
     assert session_conf(load_config())["spark.sql.adaptive.enabled"] == "true"
     assert session_conf(load_config(overrides=["spark.adaptive=false"]))["spark.sql.adaptive.enabled"] == "false"
+
+
+def test_the_codegen_cache_is_sized_from_config_not_sparks_default_of_100():
+    assert session_conf(load_config())["spark.sql.codegen.cache.maxEntries"] == "2000"
+    conf = session_conf(load_config(overrides=["spark.codegen_cache_entries=500"]))
+    assert conf["spark.sql.codegen.cache.maxEntries"] == "500"
