@@ -287,11 +287,13 @@ def main() -> None:
         with counter("tick"):
             cycle = run_cycle(spark, config, tick, measure=True, observe=counter)
         # the tick's own job group holds only the jobs run outside every stage; its commit count
-        # (files in the logs) includes the stages' commits
+        # (files in the logs) includes the stages' commits, and its compilations (a JVM-wide
+        # counter) the stages' compilations: subtracted, so `other` is what ran outside the stages
         other = counter.counts.pop("tick")
         stages = list(counter.counts.values())
-        commit_keys = {key for counts in [other, *stages] for key in counts if key.startswith("commits")}
-        for key in commit_keys:
+        counted = {key for counts in [other, *stages] for key in counts
+                   if key.startswith("commits") or key == "compilations"}
+        for key in counted:
             other[key] = other.get(key, 0) - sum(counts.get(key, 0) for counts in stages)
         counter.counts["other"] = other
         counter.counts["tick"] = {key: other.get(key, 0) + sum(counts.get(key, 0) for counts in stages)
