@@ -1,0 +1,25 @@
+"""The pipeline's Spark settings reach the running session (the shared test SparkSession)."""
+
+from solaris.config import load_config
+
+
+def _compilations(spark) -> int:
+    jvm = spark.sparkContext._jvm  # noqa: SLF001 - Spark's codegen metrics have no Python API
+    return int(jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount())
+
+
+def test_the_session_keeps_compiled_query_code_and_reuses_it(spark):
+    assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == str(load_config().spark.codegen_cache_entries)
+
+    def query():
+        # a query shape no other test runs, so its first run must compile
+        return (spark.range(50).selectExpr("id % 7 AS k", "id * 3 + 11 AS v")
+                .groupBy("k").agg({"v": "max"}).collect())
+
+    before = _compilations(spark)
+    first = query()
+    compiled = _compilations(spark) - before
+    second = query()
+    assert compiled > 0
+    assert _compilations(spark) - before == compiled  # the same code again: taken from the cache
+    assert sorted(first) == sorted(second)
