@@ -4,7 +4,7 @@ from solaris.config import load_config
 
 
 def _compilations(spark) -> int:
-    jvm = spark.sparkContext._jvm  # noqa: SLF001 - Spark's codegen metrics have no Python API
+    jvm = spark.sparkContext._jvm  # Spark's codegen metrics have no Python API
     return int(jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount())
 
 
