@@ -43,6 +43,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from solaris.spark import codegen_compilations
+
 
 class CycleCounter:
     """Counts the Spark jobs / stages / tasks and the Delta commits of each stage of a tick.
@@ -63,13 +65,6 @@ class CycleCounter:
         """Commit files per Delta table under the warehouse (``_delta_log/<version>.json``)."""
         return {log.parent.name: sum(1 for _ in log.glob("*.json")) for log in self.warehouse.glob("*/_delta_log")}
 
-    def compilations(self) -> int:
-        """Generated-code classes Janino has compiled in this JVM so far (Spark's CodegenMetrics);
-        a class found in Spark's codegen cache is not compiled again and is not counted."""
-        jvm = self.spark.sparkContext._jvm  # noqa: SLF001 - Spark's metrics have no Python API
-        metrics = jvm.org.apache.spark.metrics.source.CodegenMetrics
-        return int(metrics.METRIC_COMPILATION_TIME().getCount())
-
     def jobs(self, group: str | None) -> tuple[int, int, int]:
         tracker = self.spark.sparkContext.statusTracker()
         jobs = tracker.getJobIdsForGroup(group)
@@ -84,7 +79,7 @@ class CycleCounter:
         self.groups[group] = name
         context = self.spark.sparkContext
         before = self.commits()
-        compiled_before = self.compilations()
+        compiled_before = codegen_compilations(self.spark)
         outer = context.getLocalProperty("spark.jobGroup.id")  # the tick's group around a stage's
         context.setJobGroup(group, name)
         try:
@@ -97,7 +92,7 @@ class CycleCounter:
                          if after[table] != before.get(table, 0)}
             self.counts[name] = {"jobs": jobs, "spark_stages": stages, "tasks": tasks,
                                  "commits": sum(per_table.values()),
-                                 "compilations": self.compilations() - compiled_before,
+                                 "compilations": codegen_compilations(self.spark) - compiled_before,
                                  **{f"commits:{table}": n for table, n in per_table.items()}}
 
 

@@ -113,6 +113,16 @@ def get_spark(config: SolarisConfig, app_name: str, master: str | None = None) -
     return spark
 
 
+def codegen_compilations(spark: "SparkSession") -> int:
+    """Generated-code classes Janino has compiled in this JVM so far (Spark's CodegenMetrics).
+
+    A class found in the codegen cache (``spark.codegen_cache_entries``) is not compiled again and
+    not counted, so the difference around a piece of work says how much of its code was new.
+    """
+    jvm: Any = spark.sparkContext._jvm  # noqa: SLF001 - Spark's metrics have no Python API
+    return int(jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount())
+
+
 def _python() -> str:
     import sys
 

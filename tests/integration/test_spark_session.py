@@ -1,11 +1,7 @@
 """The pipeline's Spark settings reach the running session (the shared test SparkSession)."""
 
 from solaris.config import load_config
-
-
-def _compilations(spark) -> int:
-    jvm = spark.sparkContext._jvm  # Spark's codegen metrics have no Python API
-    return int(jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount())
+from solaris.spark import codegen_compilations
 
 
 def test_the_session_keeps_compiled_query_code_and_reuses_it(spark):
@@ -16,10 +12,10 @@ def test_the_session_keeps_compiled_query_code_and_reuses_it(spark):
         return (spark.range(50).selectExpr("id % 7 AS k", "id * 3 + 11 AS v")
                 .groupBy("k").agg({"v": "max"}).collect())
 
-    before = _compilations(spark)
+    before = codegen_compilations(spark)
     first = query()
-    compiled = _compilations(spark) - before
+    compiled = codegen_compilations(spark) - before
     second = query()
     assert compiled > 0
-    assert _compilations(spark) - before == compiled  # the same code again: taken from the cache
+    assert codegen_compilations(spark) - before == compiled  # the same code again: taken from the cache
     assert sorted(first) == sorted(second)
