@@ -57,4 +57,4 @@ with DAG(
     },
 ) as dag:
     SparkSubmitOperator(task_id="fast_lane", doc_md="Pick the fast-lane users, then candidates -> score -> publish.",
-                        **spark_submit_kwargs("fast_lane", CONFIG.args("--as-of", AS_OF_TEMPLATE)))
+                        **spark_submit_kwargs("fast_lane", CONFIG.args("--as-of", AS_OF_TEMPLATE), one_stage=True))

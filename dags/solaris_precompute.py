@@ -6,7 +6,8 @@ Every hour, for `as_of` = the run's logical time (or the `as_of` Param of a manu
 1. **candidates**: speculate the (user, item) pairs of the next `horizon` (`sql/candidates.sql`);
 2. **score**: FM pair embeddings + verifier scores in a Spark `mapInArrow` UDF, keep the verified
    pairs, MERGE them into `pair_embeddings` with `expires_at = as_of + ttl_hours`;
-3. **expire**: delete pair embeddings past their TTL, VACUUM (retention guard on);
+3. **expire**: delete pair embeddings past their TTL; VACUUM (retention guard on) at the midnight run
+   (`precompute.vacuum_every_hours`);
 4. **announce**: emit the `pair_embeddings` Asset with `{"as_of": ...}` in the event extra, which
    schedules the enrichment DAG.
 

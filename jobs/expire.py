@@ -6,6 +6,12 @@ the table's normal retention (Delta's 7-day guard is never disabled here: concur
 pinned snapshot versions keep working). ``--optimize`` compacts the still-live recent buckets.
 The resolver also enforces ``now < expires_at`` at read time, so expiry is belt and braces.
 
+VACUUM runs at the hours whose as-of is a multiple of ``precompute.vacuum_every_hours`` (default
+24: the midnight run), or always with ``--vacuum``, never with ``--no-vacuum``. Why not every hour:
+VACUUM lists every file of the table, the dearest part of a scheduled expire by far (its own
+process is cold), and with the 7-day retention guard a file it could delete at one hour it can
+still delete a day later: running it daily frees the same space, less than a day later.
+
     solaris expire --as-of 2000-12-01T06:00:00Z
 """
 
@@ -15,14 +21,12 @@ import argparse
 import logging
 import sys
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from solaris.runtime import job_parser, run_stage
 
 if TYPE_CHECKING:  # pragma: no cover
-    from datetime import datetime
-
     from pyspark.sql import SparkSession
 
     from solaris.config import SolarisConfig
@@ -44,8 +48,21 @@ class ExpireResult:
 def build_parser() -> argparse.ArgumentParser:
     parser = job_parser("solaris expire", __doc__)
     parser.add_argument("--optimize", action="store_true", help="compact small files of live expiry buckets")
-    parser.add_argument("--no-vacuum", action="store_true", help="skip VACUUM (it never bypasses the retention guard)")
+    vacuum = parser.add_mutually_exclusive_group()
+    vacuum.add_argument("--vacuum", action="store_true", default=None,
+                        help="VACUUM at this run whatever the hour (it never bypasses the retention guard)")
+    vacuum.add_argument("--no-vacuum", dest="vacuum", action="store_false",
+                        help="no VACUUM at this run (default: at hours that are multiples of "
+                             "precompute.vacuum_every_hours)")
     return parser
+
+
+def is_vacuum_hour(as_of: datetime, every_hours: int) -> bool:
+    """Whether the scheduled expire at ``as_of`` VACUUMs: its UTC epoch hour is a multiple of ``every_hours``.
+
+    A pure function of the as-of, so a rerun of the same hour does what the first run did.
+    """
+    return int(as_of.timestamp() // 3600) % every_hours == 0
 
 
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, optimize: bool = False,
@@ -108,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         "expire",
         "precompute",
         run=lambda spark, config, args, run_id: run(
-            spark, config, args.as_of, run_id, args.optimize, not args.no_vacuum
+            spark, config, args.as_of, run_id, args.optimize,
+            is_vacuum_hour(args.as_of, config.precompute.vacuum_every_hours) if args.vacuum is None else args.vacuum,
         ),
         report=lambda config, result: f"expired={result.expired} from {config.table_path('pair_embeddings')}",
     )

@@ -80,5 +80,28 @@ if ! ls jars/delta-spark_*.jar >/dev/null 2>&1 || ! ls jars/delta-storage-*.jar 
     mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$ROOT/jars" >/dev/null
   done
 fi
+
+# 5. The JVM's class-data-sharing archive of what a Spark + Delta job loads (solaris/class_archive.py,
+#    why there): every driver JVM maps it instead of parsing and verifying ~20,000 classes again. It
+#    is only valid for this JDK build, Spark class path and Delta JARs, so it is kept in the cache
+#    keyed on them and jars/spark-classes.jsa (config spark.class_data_archive) points at it. Without
+#    it everything still runs, only slower to start; a failure here is a warning, not an error.
+archive_key=$( (echo "$venv"; java -version 2>&1; ls -l jars/*.jar) | sha256sum | cut -c1-16)
+archive="$CACHE/spark-classes-$archive_key.jsa"
+if [ ! -f "$archive" ]; then
+  echo "[setup] writing the JVM class-data-sharing archive $archive (once per JDK and dependencies, ~1 min)"
+  partial="$archive.partial.$$"
+  if env -u SOLARIS_CONFIG -u SOLARIS_HOME PYSPARK_PYTHON="$ROOT/.venv/bin/python" TZ=UTC \
+      .venv/bin/spark-submit --master "local[2]" --jars "$(ls "$ROOT"/jars/delta-*.jar | paste -sd, -)" \
+      --driver-java-options "-XX:ArchiveClassesAtExit=$partial" "$ROOT/solaris/class_archive.py" \
+      > "$archive.log" 2>&1 && [ -s "$partial" ]; then
+    mv "$partial" "$archive"
+  else
+    rm -f "$partial"
+    echo "[setup] warning: no class-data-sharing archive (see $archive.log); Spark JVMs start without it"
+  fi
+fi
+if [ -f "$archive" ]; then ln -sfn "$archive" jars/spark-classes.jsa; else rm -f jars/spark-classes.jsa; fi
+
 bash "$ROOT/scripts/airflow-setup.sh"
 echo "[setup] ready: .venv (deps from $venv); jars: $(ls jars | paste -sd' ')"

@@ -11,7 +11,8 @@ needs the keys it changes, and the DAGs' Params take their defaults from the loa
 
 Where the default file comes from: package data of ``solaris.conf`` (``conf/`` in the checkout,
 ``solaris/conf/`` in an installed wheel), read with :mod:`importlib.resources`. Relative paths in the
-config (``warehouse``, ``spark.jars_dir``) are resolved against, in this order (:func:`base_dir_for`):
+config (``warehouse``, ``spark.jars_dir``, ``spark.class_data_archive``) are resolved against, in this
+order (:func:`base_dir_for`):
 
 1. ``$SOLARIS_HOME`` when set (a deployment's project folder);
 2. for a file given by ``--config`` / ``$SOLARIS_CONFIG``: the folder above the file's folder
@@ -62,6 +63,12 @@ class SparkConfig(_Strict):
     arrow_max_records_per_batch: int = Field(10000, ge=1)
     # Compiled query classes kept per JVM (spark.sql.codegen.cache.maxEntries); why: solaris/spark.py.
     codegen_cache_entries: int = Field(2000, ge=100)
+    # Extra driver JVM options of a process that runs one hourly stage and exits (a spark-submit task,
+    # `solaris <stage>`); not of replay / evaluate sessions. Why C1 only: solaris/spark.py.
+    one_stage_java_options: str = "-XX:TieredStopAtLevel=1"
+    # Class-data-sharing archive of Spark's and Delta's classes, written by `make setup`; used by
+    # every driver JVM when the file exists (null: never). Why: solaris/spark.py.
+    class_data_archive: str | None = "jars/spark-classes.jsa"
 
 
 class TablesConfig(_Strict):
@@ -260,6 +267,9 @@ class PrecomputeConfig(_Strict):
     model_batch_size: int = Field(4096, ge=1)  # rows per FM forward pass (separate from Arrow batch size)
     torch_threads: int = Field(1, ge=1)  # per Python worker; local[2] runs 2 workers
     expiry_bucket: str = Field("hour", pattern="^(hour|day)$")
+    # The scheduled expire VACUUMs pair_embeddings at hours whose as-of is a multiple of this (UTC
+    # epoch hours: 24 = the midnight run). Why not hourly: jobs/expire.py.
+    vacuum_every_hours: int = Field(24, ge=1)
     candidates: CandidateConfig = CandidateConfig()
     speculator: SpeculatorTrainingConfig = SpeculatorTrainingConfig()
     verifier: VerifierConfig = VerifierConfig()
@@ -457,10 +467,15 @@ def config_from_dict(data: dict[str, Any], base_dir: Path | None = None) -> Sola
     warehouse = config.warehouse if config.warehouse.is_absolute() else base_dir / config.warehouse
     jars = Path(config.spark.jars_dir)
     jars = jars if jars.is_absolute() else base_dir / jars
+    spark_paths = {"jars_dir": str(jars.resolve())}
+    if config.spark.class_data_archive:
+        archive = Path(config.spark.class_data_archive)
+        # not resolve(): set-up makes the file a symlink into its cache, and the JVM follows it itself
+        spark_paths["class_data_archive"] = str(archive if archive.is_absolute() else base_dir / archive)
     return config.model_copy(
         update={
             "warehouse": warehouse.resolve(),
-            "spark": config.spark.model_copy(update={"jars_dir": str(jars.resolve())}),
+            "spark": config.spark.model_copy(update=spark_paths),
         }
     )
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 from solaris.config import load_config
 from solaris.pipeline import Stage
-from solaris.spark import delta_jars
+from solaris.spark import delta_jars, driver_java_options
 
 JOBS_PACKAGE = "solaris.jobs"  # jobs/ in the checkout, solaris/jobs/ in an installed wheel
 
@@ -159,7 +159,8 @@ def stage_operators(
     never imports Airflow); returns the tasks by stage name.
     """
     tasks = {
-        stage.name: operator(task_id=stage.name, doc_md=stage.doc, **spark_submit_kwargs(stage.name, application_args))
+        stage.name: operator(task_id=stage.name, doc_md=stage.doc,
+                             **spark_submit_kwargs(stage.name, application_args, one_stage=True))
         for stage in stages
     }
     for stage in stages:
@@ -168,8 +169,14 @@ def stage_operators(
     return tasks
 
 
-def spark_submit_kwargs(job: str, application_args: list[str]) -> dict:
-    """Keyword arguments for ``SparkSubmitOperator`` running ``jobs/<job>.py``."""
+def spark_submit_kwargs(job: str, application_args: list[str], one_stage: bool = False) -> dict:
+    """Keyword arguments for ``SparkSubmitOperator`` running ``jobs/<job>.py``.
+
+    ``one_stage``: the job runs one hourly stage and exits (the precompute / enrichment / fast-lane
+    tasks, not replay or evaluate), so its driver JVM gets the short-lived options of
+    :func:`solaris.spark.driver_java_options`; spark-submit starts that JVM, so they go on its
+    command line (``--conf spark.driver.extraJavaOptions``).
+    """
     config = load_config()
     python = os.environ.get("PYSPARK_PYTHON") or str(Path(sys.executable))
     return {
@@ -180,5 +187,6 @@ def spark_submit_kwargs(job: str, application_args: list[str]) -> dict:
         "application_args": application_args,
         "env_vars": {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, "TZ": "UTC"},
         "driver_memory": config.spark.driver_memory,
+        "conf": {"spark.driver.extraJavaOptions": driver_java_options(config, one_stage)},
         "verbose": False,
     }

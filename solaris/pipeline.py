@@ -75,7 +75,7 @@ PRECOMPUTE: tuple[Stage, ...] = (
         "expire",
         "precompute",
         ("score",),
-        "Delete rows with `expires_at <= as_of`, then VACUUM with the retention guard on.",
+        "Delete rows with `expires_at <= as_of`; VACUUM (retention guard on) at the midnight run.",
     ),
 )
 ENRICHMENT: tuple[Stage, ...] = (

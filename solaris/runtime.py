@@ -120,7 +120,7 @@ def run_stage(parser: argparse.ArgumentParser, argv: list[str] | None, name: str
         from solaris.timeutil import default_run_id
 
         config = config_from_args(args)
-        spark = get_spark(config, name)
+        spark = get_spark(config, name, one_stage=True)
         result = run(spark, config, args, args.run_id or default_run_id(run_prefix, args.as_of))
         print(report(config, result))
 

@@ -47,15 +47,44 @@ def delta_jars(jars_dir: str | os.PathLike) -> list[str]:
     return found
 
 
-def session_conf(config: SolarisConfig, master: str | None = None) -> dict[str, str]:
-    """All Spark settings the pipeline relies on, as a plain dict (unit-testable, no JVM)."""
+def driver_java_options(config: SolarisConfig, one_stage: bool = False) -> str:
+    """``spark.driver.extraJavaOptions`` of a driver JVM this package starts or has spark-submit start.
+
+    Why these options. A driver that runs one hourly stage and exits (an Airflow task's spark-submit,
+    ``solaris <stage>``) lives a minute and spends most of it cold: its CPU goes to loading and
+    verifying Spark's and Delta's ~20,000 classes and to the JIT compiling Spark's planner and the
+    generated query code, work a long-lived session amortises and a one-stage JVM never gets back.
+
+    * ``spark.class_data_archive`` (any driver, when the file exists): a class-data-sharing archive
+      of those classes, written once by ``make setup``, is mapped instead of parsing and verifying the
+      JARs. A JVM that finds the archive unusable (another JDK build or class path) logs one warning
+      and loads the classes as usual, so a stale file costs time, never a failure.
+    * ``spark.one_stage_java_options`` (``one_stage`` only; default ``-XX:TieredStopAtLevel=1``):
+      only the JIT's quick C1 compiler. C2's optimised code pays back over hours, not one stage;
+      replay, evaluation and the tests' session run many ticks in one JVM and keep C2
+      (BENCHMARKS.md measures both ways).
+    """
+    options = ["-Duser.timezone=UTC"]
+    archive = config.spark.class_data_archive
+    if archive and Path(archive).is_file():
+        options.append(f"-XX:SharedArchiveFile={archive}")
+    if one_stage and config.spark.one_stage_java_options.strip():
+        options.append(config.spark.one_stage_java_options.strip())
+    return " ".join(options)
+
+
+def session_conf(config: SolarisConfig, master: str | None = None, one_stage: bool = False) -> dict[str, str]:
+    """All Spark settings the pipeline relies on, as a plain dict (unit-testable, no JVM).
+
+    ``one_stage``: the process runs one hourly stage and exits (:func:`driver_java_options`).
+    """
     conf = {
         "spark.master": master or config.spark.master,
         "spark.jars": ",".join(delta_jars(config.spark.jars_dir)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.driver.extraJavaOptions": driver_java_options(config, one_stage),
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(config.spark.arrow_max_records_per_batch),
@@ -91,11 +120,17 @@ def _launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def get_spark(config: SolarisConfig, app_name: str, master: str | None = None) -> "SparkSession":
-    """Return the (possibly already running) SparkSession configured for the pipeline."""
+def get_spark(config: SolarisConfig, app_name: str, master: str | None = None,
+              one_stage: bool = False) -> "SparkSession":
+    """Return the (possibly already running) SparkSession configured for the pipeline.
+
+    ``one_stage``: this process runs one hourly stage and exits (:func:`driver_java_options`). The
+    driver JVM options apply only when this call starts the JVM; under spark-submit they come from
+    its command line (:func:`solaris.orchestration.spark_submit_kwargs`).
+    """
     from pyspark.sql import SparkSession
 
-    conf = session_conf(config, master)
+    conf = session_conf(config, master, one_stage)
     # PySpark turns timestamps into Python datetimes in the *process* time zone; pin it to UTC so
     # collected values match the session time zone (docs/architecture.md §2: all timestamps are UTC).
     os.environ["TZ"] = "UTC"

@@ -53,6 +53,17 @@ def test_spark_tasks_ship_the_delta_jars_and_our_python(dagbag):
                     assert {"--as-of", "--start"} & set(task.application_args), task.task_id
 
 
+def test_only_one_stage_tasks_get_the_short_lived_driver_jvm(dagbag):
+    """A task that runs one hourly stage gets the C1-only JIT; replay and evaluate keep C2 for their many ticks."""
+    one_stage = {"solaris_precompute", "solaris_enrichment", "solaris_fast_lane"}
+    for dag_id, dag in dagbag.dags.items():
+        for task in dag.tasks:
+            if task.task_type == "SparkSubmitOperator":
+                java = task.conf["spark.driver.extraJavaOptions"].split()
+                assert "-Duser.timezone=UTC" in java, task.task_id
+                assert ("-XX:TieredStopAtLevel=1" in java) == (dag_id in one_stage), f"{dag_id}.{task.task_id}"
+
+
 def test_params_validation_rejects_bad_input(dagbag):
     from airflow.sdk.exceptions import ParamValidationError
 

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("solaris", "solaris.errors", "solaris.timeutil", "solaris.config", "solaris.tiers"),
-    ("solaris.spark", "solaris.runtime", "solaris.storage"),
+    ("solaris.spark", "solaris.runtime", "solaris.storage", "solaris.class_archive"),
     ("solaris.ingest",),
     ("solaris.models",),
     ("solaris.precompute",),

@@ -49,6 +49,11 @@ def test_spark_submit_kwargs_point_at_job_files_and_jars():
     kwargs = spark_submit_kwargs("score", ["--as-of", "x"])
     assert kwargs["application"].endswith("jobs/score.py") and "delta-spark_" in kwargs["jars"]
     assert kwargs["conn_id"] == "spark_default" and kwargs["env_vars"]["TZ"] == "UTC"
+    # spark-submit starts the driver JVM, so its options go on the command line; C1 only for one stage
+    java = kwargs["conf"]["spark.driver.extraJavaOptions"].split()
+    assert "-Duser.timezone=UTC" in java and "-XX:TieredStopAtLevel=1" not in java
+    assert "-XX:TieredStopAtLevel=1" in spark_submit_kwargs("score", [], one_stage=True)["conf"][
+        "spark.driver.extraJavaOptions"].split()
     with pytest.raises(FileNotFoundError):
         spark_submit_kwargs("nope", [])
 

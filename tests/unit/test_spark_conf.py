@@ -1,7 +1,9 @@
+from pathlib import Path
+
 import pytest
 
 from solaris.config import load_config
-from solaris.spark import SparkSetupError, delta_jars, session_conf
+from solaris.spark import SparkSetupError, delta_jars, driver_java_options, session_conf
 
 
 def test_session_conf_has_delta_utc_arrow_and_local_jars():
@@ -35,3 +37,26 @@ def test_the_codegen_cache_is_sized_from_config_not_sparks_default_of_100():
     assert session_conf(load_config())["spark.sql.codegen.cache.maxEntries"] == "2000"
     conf = session_conf(load_config(overrides=["spark.codegen_cache_entries=500"]))
     assert conf["spark.sql.codegen.cache.maxEntries"] == "500"
+
+
+def test_a_one_stage_driver_gets_the_c1_jit_and_a_session_driver_keeps_c2():
+    config = load_config(overrides=["spark.class_data_archive=null"])
+    assert session_conf(config, one_stage=True)["spark.driver.extraJavaOptions"] == (
+        "-Duser.timezone=UTC -XX:TieredStopAtLevel=1")
+    assert session_conf(config)["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC"
+    plain = load_config(overrides=["spark.class_data_archive=null", "spark.one_stage_java_options="])
+    assert driver_java_options(plain, one_stage=True) == "-Duser.timezone=UTC"
+
+
+def test_the_class_data_archive_is_used_only_when_set_up_wrote_it(tmp_path):
+    archive = tmp_path / "spark-classes.jsa"
+    config = load_config(overrides=[f"spark.class_data_archive={archive}"])
+    assert "SharedArchiveFile" not in driver_java_options(config)  # absent file: the JVM loads classes as usual
+    archive.write_bytes(b"archive")
+    assert f"-XX:SharedArchiveFile={archive}" in driver_java_options(config).split()
+    assert f"-XX:SharedArchiveFile={archive}" in driver_java_options(config, one_stage=True).split()
+
+
+def test_a_relative_class_data_archive_is_anchored_like_the_jars(tmp_path):
+    config = load_config(overrides=["spark.class_data_archive=jars/spark-classes.jsa"])
+    assert config.spark.class_data_archive == str(Path(config.spark.jars_dir) / "spark-classes.jsa")
