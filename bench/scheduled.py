@@ -172,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         config_file.write_text(yaml.safe_dump(overrides_yaml(args.overrides)))
     env = airflow_env(work, config_file)
     (work / "logs").mkdir()
-    run(["bash", str(ROOT / "scripts" / "airflow-setup.sh")], {**env, "AIRFLOW_HOME": env["AIRFLOW_HOME"]},
-        work / "logs" / "airflow-setup.log")
+    # what scripts/airflow-setup.sh does for ./airflow_home (it pins that home), for this run's own
+    run(["airflow", "db", "migrate"], env, work / "logs" / "airflow-db-migrate.log")
+    run(["airflow", "connections", "add", "spark_default", "--conn-type", "spark", "--conn-host", "local[*]"], env,
+        work / "logs" / "airflow-connection.log")
     print(f"[bench] work folder {work}; Airflow home {env['AIRFLOW_HOME']}; overrides {args.overrides or 'none'}",
           flush=True)
 
