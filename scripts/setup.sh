@@ -86,7 +86,7 @@ fi
 #    is only valid for this JDK build, Spark class path and Delta JARs, so it is kept in the cache
 #    keyed on them and jars/spark-classes.jsa (config spark.class_data_archive) points at it. Without
 #    it everything still runs, only slower to start; a failure here is a warning, not an error.
-archive_key=$( (echo "$venv"; java -version 2>&1; ls -l jars/*.jar) | sha256sum | cut -c1-16)
+archive_key=$( (echo "$venv"; java -version 2>&1; sha256sum jars/*.jar) | sha256sum | cut -c1-16)
 archive="$CACHE/spark-classes-$archive_key.jsa"
 if [ ! -f "$archive" ]; then
   echo "[setup] writing the JVM class-data-sharing archive $archive (once per JDK and dependencies, ~1 min)"
