@@ -103,22 +103,18 @@ def overrides_yaml(overrides: Iterable[str]) -> dict[str, Any]:
 
 
 def airflow_env(work: Path, config_file: Path | None) -> dict[str, str]:
-    """The environment of ``scripts/airflow-env.sh``, with this run's own Airflow home and warehouse."""
-    env = dict(os.environ)
-    env.update({
-        "PATH": f"{ROOT / '.venv' / 'bin'}:{env.get('PATH', '')}",
-        "AIRFLOW_HOME": str(work / "airflow_home"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "PYSPARK_PYTHON": str(ROOT / ".venv" / "bin" / "python"),
-        "PYSPARK_DRIVER_PYTHON": str(ROOT / ".venv" / "bin" / "python"),
-        "TZ": "UTC",
-        "SOLARIS_WAREHOUSE": str(work / "warehouse"),
-    })
+    """What ``scripts/airflow-env.sh`` needs to set up this run's own Airflow home and warehouse."""
+    env = {**os.environ, "SOLARIS_AIRFLOW_HOME": str(work / "airflow_home"),
+           "SOLARIS_WAREHOUSE": str(work / "warehouse")}
     if config_file is not None:
         env["SOLARIS_CONFIG"] = str(config_file)
         env["SOLARIS_HOME"] = str(ROOT)  # relative paths of the config (jars) stay the checkout's
     return env
+
+
+def airflow(*args: str) -> list[str]:
+    """argv of an ``airflow`` command in the embedded Airflow's environment (``scripts/airflow-env.sh``)."""
+    return ["bash", "-c", f'source "{ROOT / "scripts" / "airflow-env.sh"}" && exec airflow "$@"', "airflow", *args]
 
 
 def run(command: list[str], env: dict[str, str], log: Path) -> list[str]:
@@ -172,12 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         config_file.write_text(yaml.safe_dump(overrides_yaml(args.overrides)))
     env = airflow_env(work, config_file)
     (work / "logs").mkdir()
-    # what scripts/airflow-setup.sh does for ./airflow_home (it pins that home), for this run's own
-    run(["airflow", "db", "migrate"], env, work / "logs" / "airflow-db-migrate.log")
-    run(["airflow", "connections", "add", "spark_default", "--conn-type", "spark", "--conn-host", "local[*]"], env,
-        work / "logs" / "airflow-connection.log")
-    print(f"[bench] work folder {work}; Airflow home {env['AIRFLOW_HOME']}; overrides {args.overrides or 'none'}",
-          flush=True)
+    run(["bash", str(ROOT / "scripts" / "airflow-setup.sh")], env, work / "logs" / "airflow-setup.log")
+    print(f"[bench] work folder {work}; Airflow home {env['SOLARIS_AIRFLOW_HOME']}; "
+          f"overrides {args.overrides or 'none'}", flush=True)
 
     start = parse_utc(args.start)
     results: list[dict[str, Any]] = []
@@ -187,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         stamp = f"{as_of:%Y-%m-%dT%H:%M:%SZ}"
         tasks: list[TaskPhases] = []
         for dag_id in DAGS:
-            lines = run(["airflow", "dags", "test", dag_id, "-c", json.dumps({"as_of": stamp})], env,
+            lines = run(airflow("dags", "test", dag_id, "-c", json.dumps({"as_of": stamp})), env,
                         work / "logs" / f"{dag_id}-{as_of:%Y%m%dT%H}.log")
             tasks += task_phases(lines)
         print_hour(as_of, tasks)

@@ -9,8 +9,6 @@ jars=$(ls "$ROOT"/jars/*.jar 2>/dev/null | paste -sd, -)
 export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$ROOT/.venv/bin/python}
 # The driver JVM maps set-up's class-data-sharing archive when there is one (solaris/class_archive.py);
 # a --conf spark.driver.extraJavaOptions=... or --driver-java-options of yours replaces this one.
-java_options=(--conf "spark.driver.extraJavaOptions=-Duser.timezone=UTC")
-if [ -f "$ROOT/jars/spark-classes.jsa" ]; then
-  java_options=(--conf "spark.driver.extraJavaOptions=-Duser.timezone=UTC -XX:SharedArchiveFile=$ROOT/jars/spark-classes.jsa")
-fi
-exec "$ROOT/.venv/bin/spark-submit" --jars "$jars" "${java_options[@]}" "$@"
+java_options="-Duser.timezone=UTC"
+if [ -f "$ROOT/jars/spark-classes.jsa" ]; then java_options+=" -XX:SharedArchiveFile=$ROOT/jars/spark-classes.jsa"; fi
+exec "$ROOT/.venv/bin/spark-submit" --jars "$jars" --conf "spark.driver.extraJavaOptions=$java_options" "$@"
