@@ -41,7 +41,7 @@ NEW_SPECULATION = (
     "precompute.candidates.sources=[cooc, trending, recent, next, popular]",
     "precompute.candidates.blend=learned",
     "precompute.verifier.rule=request",
-    "precompute.verifier.top_k_per_user=50",
+    "precompute.verifier.request_top_k_per_user=50",
 )
 STRATA = ("none", "1-20", ">20")
 NEW, TODAY = "written (new)", "written (today)"

@@ -4,7 +4,9 @@
 Daily (or on demand): train the foundation model on events up to `as_of`, then the baseline
 vertical model, which precompute uses as its verifier, and the distilled VM (the soft-label
 baseline SOLARIS is compared with; its soft labels are cross-fitted by default, which trains
-`model.distillation.teacher_folds` extra FMs on parts of the window). Each writes a new versioned checkpoint under
+`model.distillation.teacher_folds` extra FMs on parts of the window), and the speculator (the
+learned blend of the candidate sources and the request verifier, fit on the busiest hours of the
+week before `as_of`). Each writes a new versioned checkpoint under
 `warehouse/models/<role>/` and moves its `LATEST` pointer atomically; the next precompute run
 picks the new versions up and records them in every row it writes (`fm_version`,
 `verifier_version`). `max_epochs` defaults to the config's `model.training.max_epochs`.
@@ -54,4 +56,12 @@ with DAG(
         ),
         **spark_submit_kwargs("train_vm", CONFIG.args("--as-of", AS_OF_TEMPLATE, "--variant", "distilled")),
     )
-    train_fm >> [train_verifier, train_distilled]
+    train_speculator = SparkSubmitOperator(
+        task_id="train_speculator",
+        doc_md=(
+            "Fit the speculation blend and the request verifier on the busiest past ticks (events <= as-of): "
+            "what `candidates` and `score` use by default."
+        ),
+        **spark_submit_kwargs("train_speculator", ["--as-of", AS_OF_TEMPLATE]),
+    )
+    train_fm >> [train_verifier, train_distilled, train_speculator]

@@ -1,7 +1,7 @@
 """
 ### SOLARIS replay / backfill
 
-Manual. Loads a dataset into `events`, trains the FM and the verifier as of `start`, then replays
+Manual. Loads a dataset into `events`, trains the FM, the verifier and the speculator as of `start`, then replays
 the hourly precompute from `start` to `end` hour by hour (candidates -> score/verify/write ->
 hit rate -> expire), exactly as the hourly DAG would have run, seeing only events up to each tick.
 Used by `make demo` (MovieLens-1M) and for backfills after an outage. Idempotent: ingest MERGEs
@@ -94,6 +94,11 @@ with DAG(
             "train_vm", CONFIG.args("--as-of", "{{ params.start }}", "--variant", "baseline", params=["max_epochs"])
         ),
     )
+    train_speculator = SparkSubmitOperator(
+        task_id="train_speculator",
+        doc_md="Fit the speculation blend and the request verifier on the busiest ticks of the week before `start`.",
+        **spark_submit_kwargs("train_speculator", ["--as-of", "{{ params.start }}"]),
+    )
     replay = SparkSubmitOperator(
         task_id="replay",
         doc_md="Hour-by-hour precompute from `start` to `end`, with hit rates.",
@@ -111,4 +116,4 @@ with DAG(
         doc_md="Knowledge-transfer evaluation at T0 = `start` (report under `<warehouse>/evaluation/`).",
         **spark_submit_kwargs("evaluate", CONFIG.args("--as-of", "{{ params.start }}")),
     )
-    ingest >> train_fm >> train_verifier >> replay >> evaluate_requested >> evaluate
+    ingest >> train_fm >> train_verifier >> train_speculator >> replay >> evaluate_requested >> evaluate

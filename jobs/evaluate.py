@@ -392,13 +392,19 @@ def replay_window(
     """
     from solaris.evaluation.protocol import step_fingerprint
     from solaris.jobs import replay
+    from solaris.jobs.train_speculator import speculator_for
     from solaris.storage.tables import table_exists
 
     started = time.monotonic()
     window = rows.window
+    # the speculator the schedule would have had at the window's start: fit on the week before it
+    speculator = speculator_for(
+        spark, config, seed_config, window.fm_cutoff,
+        step_fingerprint(seed_config, "speculator", as_of=window.fm_cutoff.isoformat(), data=rows.training_digest),
+    )
     fingerprint = step_fingerprint(
-        seed_config, "replay", seed=seed_config.seed, data=rows.window_digest, models=models.serving_versions,
-        t0=window.t0.isoformat(),
+        seed_config, "replay", seed=seed_config.seed, data=rows.window_digest,
+        models={**models.serving_versions, "speculator": speculator}, t0=window.t0.isoformat(),
     )
     marker = Path(seed_config.warehouse) / "replay.json"
     saved = json.loads(marker.read_text()).get("fingerprint") if marker.is_file() else None

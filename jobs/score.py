@@ -91,17 +91,20 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     if not table_exists(spark, candidates_path):
         raise JobInputError(f"no candidates table at {candidates_path}: run `solaris candidates` first")
     candidates = spark.read.format("delta").load(candidates_path).where(F.col("run_id") == run_id)
-    rule = pre.verifier.rule
-    if rule == "request" and ("request_score" not in candidates.columns
-                              or not candidates.where(F.col("request_score").isNotNull()).limit(1).count()):
-        # candidates written without a request model (no speculator trained yet): the relevance rule
-        log.warning("run %s: no request scores in the candidates; verifier rule relevance instead", run_id)
-        rule = "relevance"
+    verifier = pre.verifier
+    if verifier.rule == "request" and ("request_score" not in candidates.columns
+                                       or not candidates.where(F.col("request_score").isNotNull()).limit(1).count()):
+        # candidates written without a request model (no speculator trained yet): the relevance rule,
+        # with its own threshold and top-k
+        log.warning("run %s: no request scores in the candidates (no speculator checkpoint at or before the "
+                    "as-of: `solaris train-speculator`); verifier rule relevance instead", run_id)
+        verifier = verifier.model_copy(update={"rule": "relevance"})
+    rule = verifier.rule
     request_verified: tuple[DataFrame, float, int] | None = None
     if rule == "request":
         # Verify before the FM: a pair unlikely to be requested within the TTL costs no FM pass.
         request_verified = _verify(candidates.where(F.col("request_score").isNotNull()), "request_score",
-                                   pre.verifier)
+                                   verifier)
         candidates = request_verified[0]
     spec = ScoringSpec(
         fm_checkpoint=str(fm_dir), verifier_checkpoint=str(verifier_dir), embedding_dim=config.model.embedding_dim,
@@ -127,7 +130,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             _, threshold, n_candidates = request_verified
             verified = scored.withColumn("verifier_score", F.col("request_score").cast("float")).drop("request_score")
         else:
-            verified, threshold, n_candidates = _verify(scored, "verifier_score", pre.verifier)
+            verified, threshold, n_candidates = _verify(scored, "verifier_score", verifier)
         n_scored = scored.count()
         computed_at = F.lit(as_of).cast("timestamp")
         expires_at = computed_at + F.expr(f"make_dt_interval(0, 0, 0, {float(pre.ttl_hours) * 3600.0})")
@@ -189,7 +192,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
 
 def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> tuple[DataFrame, float, int]:
     """The verifier rule on ``column``: effective threshold (absolute, raised by the global budget),
-    then the top ``top_k_per_user`` per user (ties by item id). Returns (kept rows, threshold, input rows)."""
+    then the rule's top-k per user (ties by item id). Returns (kept rows, threshold, input rows)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -198,10 +201,10 @@ def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> tuple[DataFr
     n_rows, scores = _threshold_inputs(frame, rule, column)
     threshold = effective_threshold(scores, rule)
     kept = frame.where(F.col(column) >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False))
-    if rule.top_k_per_user is not None:
+    top_k = rule.active_top_k()
+    if top_k is not None:
         window = Window.partitionBy("user_id").orderBy(F.col(column).desc(), F.col("item_id"))
-        kept = kept.withColumn("_rank", F.row_number().over(window)).where(
-            F.col("_rank") <= rule.top_k_per_user).drop("_rank")
+        kept = kept.withColumn("_rank", F.row_number().over(window)).where(F.col("_rank") <= top_k).drop("_rank")
     return kept, threshold, n_rows
 
 

@@ -106,6 +106,52 @@ def fit(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> Speculat
     return speculator
 
 
+def uses_speculator(config: SolarisConfig) -> bool:
+    """True when candidates or score would load a speculator: the learned blend or the request rule."""
+    return config.precompute.candidates.blend == "learned" or config.precompute.verifier.rule == "request"
+
+
+FINGERPRINT_FILE = "fingerprint"
+
+
+def speculator_for(spark: SparkSession, config: SolarisConfig, target: SolarisConfig, as_of: datetime,
+                   fingerprint: str) -> str | None:
+    """Version of the speculator that ``target``'s replay from ``as_of`` uses; None when it uses none.
+
+    Fit on ``config``'s events (<= ``as_of``) and saved under ``target``'s speculator checkpoint,
+    unless the checkpoint's LATEST already carries ``fingerprint`` (same settings, as-of and data).
+    Why this exists: ``solaris evaluate`` replays each window in its own warehouse and must give it
+    the speculator the schedule would have had at the window's start, trained before it. A window
+    with no requests in the week before it gets none (the stages then fall back to the hand blend
+    and the relevance rule, and say so in their logs).
+    """
+    from pathlib import Path
+
+    from solaris.jobs.candidates import SPECULATOR_FILE, save_speculator
+    from solaris.models.checkpoint import resolve_checkpoint
+    from solaris.precompute.speculation import Speculator
+    from solaris.runtime import JobInputError
+
+    if not uses_speculator(target):
+        return None
+    root = Path(target.resolve_under_warehouse(target.precompute.candidates.speculator_checkpoint))
+    if (root / "LATEST").is_file():
+        folder = Path(resolve_checkpoint(str(root)))
+        marker = folder / FINGERPRINT_FILE
+        if marker.is_file() and marker.read_text().strip() == fingerprint:
+            speculator = Speculator.from_json((folder / SPECULATOR_FILE).read_text())
+            log.info("speculator %s reused (fingerprint %s)", speculator.version, fingerprint)
+            return speculator.version
+    try:
+        speculator = fit(spark, config, as_of)
+    except JobInputError as error:
+        log.warning("no speculator for the replay from %s: %s", as_of, error)
+        return None
+    folder = save_speculator(target, speculator)
+    (folder / FINGERPRINT_FILE).write_text(fingerprint + "\n")
+    return speculator.version
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level)

@@ -17,7 +17,7 @@ echo "[demo] airflow dags test solaris_replay -c '$conf'   (log: $log)"
 if ! airflow dags test solaris_replay -c "$conf" > "$log" 2>&1; then
   tail -40 "$log"; echo "[demo] FAILED, full log: $log" >&2; exit 1
 fi
-grep -oE "INFO solaris\.(ingest|train_fm|train_vm|candidates|score|hit_rate|expire|replay): [^[]*" "$log" | sed 's/^INFO /  /' || true
+grep -oE "INFO solaris\.(ingest|train_fm|train_vm|train_speculator|candidates|score|hit_rate|expire|replay): [^[]*" "$log" | sed 's/^INFO /  /' || true
 
 python - "$SOLARIS_WAREHOUSE" "$AIRFLOW_HOME" <<'PY'
 import json, sqlite3, sys
@@ -33,11 +33,14 @@ runs = DeltaTable(f"{root}/runs").to_pandas()
 rate = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"
 hits = runs[runs.job == "hit_rate"].set_index("as_of")
 served = runs[runs.job == "coverage"].set_index("as_of")
+scored = runs[runs.job == "score"].drop_duplicates("as_of", keep="last").set_index("as_of")
 print("\nper tick: speculation hit rate (candidates / verified) and coverage of the next hour's requests by tier")
 for as_of in sorted(hits.index):
     h = json.loads(hits.loc[as_of, "details"])
     c = json.loads(served.loc[as_of, "details"]) if as_of in served.index else {}
-    print(f"  {as_of:%Y-%m-%d %H:%M}Z  {h['candidates']} candidates, {h['verified']} verified | "
+    s = json.loads(scored.loc[as_of, "details"]) if as_of in scored.index else {}
+    print(f"  {as_of:%Y-%m-%d %H:%M}Z  {h['candidates']} candidates, {h['verified']} verified "
+          f"({s.get('rule', '?')} rule, {s.get('scored', '?')} FM passes) | "
           f"{h['requests']} requests: hit {rate(h['candidates_hit_rate'])} / {rate(h['verified_hit_rate'])} | "
           "coverage " + ", ".join(f"{'tier1' if k == 1 else f'tiers1-{k}'} {rate(c.get(f'cumulative_tier{k}'))}"
                                   for k in SERVING_ORDER))

@@ -196,10 +196,10 @@ class CandidateConfig(_Strict):
     """
 
     lookback_hours: float = Field(168, gt=0)  # users active in this window get candidates
-    # Default: today's measured rules. The new sources, learned blend and request verifier are built
-    # but not yet measured on ML-1M (bench/speculation.py, BENCHMARKS.md), so they are opt-in.
+    # Default: the speculation bench/speculation.py measured best per FM pass (BENCHMARKS.md). Retrieval
+    # stays opt-in: it costs an FM pass over every user a tick and did not raise the hit rate there.
     sources: tuple[Literal["cooc", "trending", "recent", "next", "popular", "retrieval"], ...] = (
-        "cooc", "trending", "recent")
+        "cooc", "trending", "recent", "next", "popular")
     source_items: int = Field(200, ge=1)  # each source's best items per user (before the blend)
     recent_items: int = Field(20, ge=1)
     cooc_days: float = Field(30, gt=0)
@@ -224,7 +224,7 @@ class CandidateConfig(_Strict):
     weight_next: float = Field(1.0, ge=0)
     weight_popular: float = Field(0.5, ge=0)
     weight_retrieval: float = Field(0.5, ge=0)
-    blend: Literal["learned", "hand"] = "hand"
+    blend: Literal["learned", "hand"] = "learned"
     speculator_checkpoint: str = "models/speculator"  # under the warehouse; a root (LATEST) or a version folder
     per_user: int = Field(50, ge=1)
     budget: int = Field(200_000, ge=1)
@@ -238,7 +238,7 @@ class SpeculatorTrainingConfig(_Strict):
     """
 
     days: float = Field(7, gt=0)
-    ticks: int = Field(24, ge=1)
+    ticks: int = Field(8, ge=1)
     negative_rate: float = Field(0.1, gt=0, le=1)  # share of unrequested pairs kept (hash-sampled, reweighted)
     l2: float = Field(1.0, ge=0)
 
@@ -247,16 +247,25 @@ class VerifierConfig(_Strict):
     """Which scored pairs are written: ``request`` (P(requested within the TTL), the speculator's
     request model, applied before the FM so unlikely pairs cost no FM pass) or ``relevance`` (the
     baseline VM's probability that the user likes the item). Threshold, global budget and per-user
-    top-k apply to the rule's score."""
+    top-k apply to the rule's score.
 
-    rule: Literal["request", "relevance"] = "relevance"
+    Why ``request`` by default: it spends the FM on pairs that get requested (BENCHMARKS.md, issue
+    #16). Without a speculator checkpoint there are no request scores and the score stage applies
+    ``relevance`` with its own threshold and top-k, as before the speculator existed.
+    """
+
+    rule: Literal["request", "relevance"] = "request"
     threshold: float | None = Field(0.5, ge=0, le=1)  # for rule relevance
-    request_threshold: float | None = Field(0.05, ge=0, le=1)  # for rule request
-    top_k_per_user: int | None = Field(20, ge=1)
+    request_threshold: float | None = Field(0.002, ge=0, le=1)  # for rule request
+    top_k_per_user: int | None = Field(20, ge=1)  # for rule relevance
+    request_top_k_per_user: int | None = Field(50, ge=1)  # for rule request
     budget: int | None = Field(None, ge=1)
 
     def active_threshold(self) -> float | None:
         return self.request_threshold if self.rule == "request" else self.threshold
+
+    def active_top_k(self) -> int | None:
+        return self.request_top_k_per_user if self.rule == "request" else self.top_k_per_user
 
 
 class PrecomputeConfig(_Strict):

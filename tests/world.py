@@ -27,6 +27,11 @@ SMALL = [
     "model.fm.d_model=16", "model.fm.tower=[32]", "model.training.batch_size=512",
     "precompute.candidates.lookback_hours=48", "precompute.candidates.per_user=20",
     "precompute.verifier.threshold=0.3", "precompute.ttl_hours=3",
+    # The speculation the stage tests were written for: three rule sources, hand weights, the relevance
+    # verifier. The default (learned blend + request verifier) needs a speculator checkpoint, which the
+    # world does not have; tests/integration/test_default_speculation.py trains one and runs it.
+    "precompute.candidates.sources=[cooc, trending, recent]", "precompute.candidates.blend=hand",
+    "precompute.verifier.rule=relevance",
 ]
 WORLD = [
     "synthetic.n_events=8000", "synthetic.n_users=120", "synthetic.n_items=150", "synthetic.days=10",

@@ -309,6 +309,9 @@ STEP_SETTINGS: dict[str, tuple[str, ...]] = {
                      "model.distillation"),
     # the distillation teacher's soft labels (cross-fitted fold FMs, or the served FM in-sample)
     "teacher": ("model.embedding_dim", "model.history_length", "model.fm", "model.training", "model.distillation"),
+    # the speculator (blend + request verifier) fit on past ticks at the window's start
+    "speculator": ("precompute.candidates", "precompute.speculator", "precompute.ttl_hours",
+                   "precompute.horizon_hours"),
     # the replayed tables also depend on the models, through their checkpoint versions (content hashes)
     "replay": ("model.embedding_dim", "model.history_length", "precompute", "enrichment", "tables",
                "evaluation.tail_hours", "evaluation.eval_hours", "evaluation.step_hours"),

@@ -226,13 +226,14 @@ def verify_mask(
     user_id, item_id = np.asarray(user_id), np.asarray(item_id)
     threshold = effective_threshold(scores, rule)
     keep = scores >= threshold
-    if rule.top_k_per_user is not None and keep.any():
+    top_k = rule.active_top_k()
+    if top_k is not None and keep.any():
         rows = np.flatnonzero(keep)
         order = rows[np.lexsort((item_id[rows], -scores[rows], user_id[rows]))]
         users = user_id[order]
         starts = np.r_[0, np.flatnonzero(users[1:] != users[:-1]) + 1]
         rank = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
-        keep[order[rank >= rule.top_k_per_user]] = False
+        keep[order[rank >= top_k]] = False
     return keep, threshold
 
 

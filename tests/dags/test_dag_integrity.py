@@ -113,6 +113,17 @@ def test_replay_dag_runs_the_evaluation_only_when_asked(dagbag):
             dag.params.get_param(key).resolve(bad)
 
 
+def test_the_speculator_the_defaults_use_is_trained_by_the_models_and_replay_dags(dagbag):
+    """The default speculation (learned blend + request verifier) loads a speculator checkpoint: the
+    daily models DAG writes one, and the replay trains one before its first tick."""
+    models = dagbag.dags["solaris_models"].get_task("train_speculator")
+    assert models.upstream_task_ids == {"train_fm"} and Path(models.application).stem == "train_speculator"
+    replay = dagbag.dags["solaris_replay"]
+    assert replay.get_task("train_speculator").upstream_task_ids == {"train_verifier"}
+    assert replay.get_task("replay").upstream_task_ids == {"train_speculator"}
+    assert list(replay.get_task("train_speculator").application_args) == ["--as-of", "{{ params.start }}"]
+
+
 @pytest.mark.parametrize("dag_id, half", [("solaris_precompute", "PRECOMPUTE"), ("solaris_enrichment", "ENRICHMENT")])
 def test_each_hourly_dag_runs_exactly_the_pipeline_definition(dagbag, dag_id, half):
     """The DAGs' stage tasks and their wiring are the ones solaris.pipeline defines for replays and tests."""

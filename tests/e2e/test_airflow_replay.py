@@ -35,8 +35,9 @@ def test_replay_then_precompute_and_enrichment_dags_run_every_task_to_success(tm
     warehouse = tmp_path / "warehouse"
     conf = {"dataset": "ml-100k", "start": "1998-03-01T00:00:00Z", "end": "1998-03-01T02:00:00Z", "max_epochs": 1}
     states = _dags_test("solaris_replay", conf, warehouse)
-    assert states == {"ingest": "success", "train_fm": "success", "train_verifier": "success", "replay": "success",
-                      "evaluate_requested": "success", "evaluate": "skipped"}  # evaluate Param defaults to off
+    assert states == {"ingest": "success", "train_fm": "success", "train_verifier": "success",
+                      "train_speculator": "success", "replay": "success", "evaluate_requested": "success",
+                      "evaluate": "skipped"}  # evaluate Param defaults to off
 
     from deltalake import DeltaTable
 
@@ -44,6 +45,9 @@ def test_replay_then_precompute_and_enrichment_dags_run_every_task_to_success(tm
     runs = DeltaTable(str(warehouse / "runs")).to_pandas()
     scores = runs[runs.job == "score"]
     assert len(scores) == 2 and (scores.status == "success").all()
+    # the default speculation: the speculator trained by the DAG, its request verifier before the FM
+    assert [json.loads(details)["rule"] for details in scores.details] == ["request", "request"]
+    assert (runs.job == "train_speculator").sum() == 1
     pairs = DeltaTable(str(warehouse / "pair_embeddings")).to_pandas()
     assert len(pairs) > 0 and pairs["run_id"].str.startswith("precompute-19980301T0").all()
 

@@ -23,7 +23,9 @@ def _pairs(spark, config, as_of=AS_OF, **overrides):
     from solaris.config import load_config
     from tests.conftest import TEST_OVERRIDES
 
-    settings = [f"precompute.candidates.{k}={v}" for k, v in overrides.items()]
+    # the three rule sources with hand weights unless a test says otherwise (the rules under test here)
+    rules = {"sources": "[cooc, trending, recent]", "blend": "hand", **overrides}
+    settings = [f"precompute.candidates.{k}={v}" for k, v in rules.items()]
     cfg = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={config.warehouse}", *settings])
     rows = build_candidates(spark, cfg, as_of, "run-x").collect()
     return {(r["user_id"], r["item_id"]): r for r in rows}
