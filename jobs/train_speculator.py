@@ -20,7 +20,7 @@ import sys
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
-from solaris.runtime import as_of_arg, config_from_args, job_parser, run_job, setup_logging
+from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -35,6 +35,7 @@ log = logging.getLogger("solaris.train_speculator")
 def build_parser() -> argparse.ArgumentParser:
     parser = job_parser("solaris train-speculator", __doc__, with_as_of=False)
     parser.add_argument("--as-of", type=as_of_arg, required=True, help="learn from ticks whose labels are <= this")
+    add_common_args(parser)
     return parser
 
 

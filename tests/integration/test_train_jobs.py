@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from solaris.ingest.sources import resolve_source
-from solaris.jobs import train_fm, train_vm
+from solaris.jobs import train_fm, train_speculator, train_vm
 from solaris.jobs.ingest import ingest
 from solaris.models.checkpoint import load_checkpoint
 from tests.world import SMALL, set_args, small_config
@@ -58,3 +58,18 @@ def test_distilled_refuses_an_fm_of_another_dimension(trained):
 def test_training_before_any_event_is_refused(trained):
     _, common = trained
     assert train_fm.main(["--as-of", "2020-01-01T00:00:00Z", *common]) == 2
+
+
+def test_train_speculator_cli_writes_a_speculator_the_candidates_stage_loads(trained):
+    """`solaris train-speculator` (the models and replay DAGs' task): a checkpoint + LATEST, usable from
+    its as-of on, its run in `runs`; refused with nothing to learn from."""
+    from solaris.jobs.candidates import load_speculator
+    from solaris.timeutil import parse_utc
+
+    config, common = trained
+    assert train_speculator.main(["--as-of", AS_OF, *common, "--set", "precompute.speculator.ticks=2"]) == 0
+    speculator = load_speculator(config, parse_utc(AS_OF))
+    assert speculator is not None and len(speculator.ticks) == 2 and speculator.positives > 0
+    assert all(parse_utc(tick) < parse_utc(AS_OF) for tick in speculator.ticks)
+    assert load_speculator(config, parse_utc("2026-01-14T23:00:00Z")) is None  # not before its as-of
+    assert train_speculator.main(["--as-of", "2020-01-01T00:00:00Z", *common]) == 2
