@@ -179,13 +179,17 @@ def print_event_log_split(directory: Path, rows: list[dict], names: list[str]) -
 
 
 def prepare(source: Path, work: Path) -> None:
-    """Fresh work warehouse: the source's events, id map and current model checkpoints."""
+    """Fresh work warehouse: the source's events, id map and current model checkpoints (the
+    speculator too when the source has one; without it the stages use the hand blend and the
+    relevance rule, as the schedule would)."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     for name in ("events", "id_map"):
         if (source / name).exists():
             shutil.copytree(source / name, work / name)
-    for role in ("fm", "vm_baseline"):
+    for role in ("fm", "vm_baseline", "speculator"):
+        if role == "speculator" and not (source / "models" / role).exists():
+            continue
         shutil.copytree(source / "models" / role, work / "models" / role)
 
 

@@ -149,7 +149,9 @@ def speculator_for(spark: SparkSession, config: SolarisConfig, target: SolarisCo
         log.warning("no speculator for the replay from %s: %s", as_of, error)
         return None
     folder = save_speculator(target, speculator)
-    (folder / FINGERPRINT_FILE).write_text(fingerprint + "\n")
+    staging = folder / f".{FINGERPRINT_FILE}.tmp"
+    staging.write_text(fingerprint + "\n")
+    staging.replace(folder / FINGERPRINT_FILE)
     return speculator.version
 
 

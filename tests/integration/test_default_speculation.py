@@ -8,6 +8,7 @@ defaults, so a change of default is exercised here.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 
@@ -86,3 +87,31 @@ def test_without_a_speculator_the_defaults_fall_back_to_the_relevance_rule(spark
     assert len(pairs) > 0 and (pairs["verifier_score"] >= rule.threshold).all()
     assert pairs.groupby("user_id").size().max() <= rule.top_k_per_user
     assert _score_row(spark, config, run_id)["rule"] == "relevance"
+
+
+@pytest.mark.slow
+def test_the_evaluation_fits_a_speculator_once_per_fingerprint(spark, world_template, tmp_path):
+    """`solaris evaluate` gives each window's replay warehouse the speculator the schedule would have
+    had: fit on the source warehouse's events, saved in the target, reused while the fingerprint holds."""
+    from solaris.jobs.candidates import load_speculator
+    from solaris.jobs.train_speculator import speculator_for
+
+    source = copy_world(world_template, tmp_path / "source", *DEFAULT_SPECULATION, "precompute.speculator.ticks=2")
+    target = source.model_copy(update={"warehouse": tmp_path / "replay"})
+    root = tmp_path / "replay" / "models" / "speculator"
+
+    version = speculator_for(spark, source, target, T0, "fingerprint-a")
+    speculator = load_speculator(target, T0)
+    assert speculator is not None and speculator.version == version and speculator.as_of == T0.isoformat()
+    assert speculator_for(spark, source, target, T0, "fingerprint-a") == version  # reused, not refit
+    assert len([folder for folder in root.iterdir() if folder.is_dir()]) == 1
+    # another fingerprint (settings or data changed) fits again; the same data gives the same model
+    assert speculator_for(spark, source, target, T0, "fingerprint-b") == version
+    assert (root / version / "fingerprint").read_text().strip() == "fingerprint-b"
+
+    rules_only = target.model_copy(update={"precompute": target.precompute.model_copy(update={
+        "candidates": target.precompute.candidates.model_copy(update={"blend": "hand"}),
+        "verifier": target.precompute.verifier.model_copy(update={"rule": "relevance"})})})
+    assert speculator_for(spark, source, rules_only, T0, "fingerprint-a") is None  # uses none, fits none
+    # nothing to learn from before the first event: no speculator, the stages fall back
+    assert speculator_for(spark, source, target, datetime(2020, 1, 1, tzinfo=timezone.utc), "fingerprint-c") is None
