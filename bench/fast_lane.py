@@ -1,6 +1,6 @@
 """What the fast lane adds and costs on real data: tier-1 coverage of new sessions, seconds, FM pairs.
 
-Copies the events, id map and FM/verifier checkpoints of an ingested + trained warehouse into a
+Copies the events, id map and FM/verifier (and speculator) checkpoints of an ingested + trained warehouse into a
 fresh work folder (the source is never written), then for ``--ticks`` hourly ticks from
 ``--start`` runs the hourly cycle (:func:`solaris.pipeline.run_cycle`, as ``solaris replay``) and
 the fast lane at every ``fast_lane.interval_minutes`` past the hour (:15/:30/:45), in one Spark

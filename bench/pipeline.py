@@ -103,7 +103,11 @@ def run_scale(spark_holder: dict, n_events: int, args, model_roots: tuple[Path, 
         f"synthetic.days={args.days}", f"synthetic.chunks={max(args.threads, n_events // 500_000)}",
         f"precompute.candidates.lookback_hours={args.lookback_hours}",
         f"precompute.candidates.per_user={args.per_user}", "precompute.candidates.budget=1000000000",
-        "precompute.verifier.threshold=null", *args.overrides])
+        "precompute.verifier.threshold=null",
+        # its untrained models have no speculator: the rule sources and the relevance rule, pinned so the
+        # figures stay comparable with the earlier runs in BENCHMARKS.md (the default would fall back anyway)
+        "precompute.candidates.sources=[cooc, trending, recent]", "precompute.candidates.blend=hand",
+        "precompute.verifier.rule=relevance", *args.overrides])
     for source, name in zip(model_roots, ("fm", "vm_baseline"), strict=True):
         shutil.copytree(source, warehouse / "models" / name)
     spark = spark_holder.get("spark") or get_spark(config, "bench-pipeline")

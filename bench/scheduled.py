@@ -1,6 +1,6 @@
 """The scheduled path's hourly cycle through Airflow: seconds per task, split into start-up and work.
 
-Copies the events and the FM / verifier checkpoints of an ingested + trained warehouse into a fresh
+Copies the events and the FM / verifier (and speculator) checkpoints of an ingested + trained warehouse into a fresh
 work folder (as ``bench/cycle.py`` does), gives the run its own Airflow home (metadata DB migrated,
 ``spark_default`` -> ``local[*]``) and, for ``--hours`` consecutive hours from ``--start``, runs
 ``airflow dags test solaris_precompute`` and then ``solaris_enrichment`` with the ``as_of`` Param:

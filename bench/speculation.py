@@ -264,8 +264,8 @@ def report(n_ticks, requests, requesters, hits, written, per_user, ceiling=None,
                 continue
             cells = [sum(hits[(name, s, b)] for s in members) / denominator for b in BUDGETS]
             print(f"{name:<16} {stratum:<8} " + " ".join(f"{100 * c:6.1f}%" for c in cells))
-    print("\nwritten sets (new: request verifier at the configured threshold, top_k_per_user; p>=x: the same at "
-          "threshold x; today: relevance >= 0.5, top 20)")
+    print("\nwritten sets (new: request verifier at the configured threshold, request_top_k_per_user; "
+          "p>=x: the same at threshold x; today: relevance >= 0.5, top 20)")
     print(f"{'set':<16} {'pairs':>8} {'per user':>9} {'hit >=1':>8} {'precision':>10} {'FM passes':>10} "
           f"{'passes/hit':>11}")
     summary = {}

@@ -4,8 +4,9 @@
 Every hour, for `as_of` = the run's logical time (or the `as_of` Param of a manual trigger):
 
 1. **candidates**: speculate the (user, item) pairs of the next `horizon` (`sql/candidates.sql`);
-2. **score**: FM pair embeddings + verifier scores in a Spark `mapInArrow` UDF, keep the verified
-   pairs, MERGE them into `pair_embeddings` with `expires_at = as_of + ttl_hours`;
+2. **score**: the verifier rule (default `request`: the speculator's P(requested within the TTL),
+   before the FM), FM pair embeddings in a Spark `mapInArrow` UDF for the kept pairs, MERGE them
+   into `pair_embeddings` with `expires_at = as_of + ttl_hours`;
 3. **expire**: delete pair embeddings past their TTL; VACUUM (retention guard on) at the midnight run
    (`precompute.vacuum_every_hours`);
 4. **announce**: emit the `pair_embeddings` Asset with `{"as_of": ...}` in the event extra, which
@@ -31,7 +32,8 @@ from solaris.pipeline import PRECOMPUTE
 
 PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")
 CONFIG = ConfigParams(ttl_hours="precompute.ttl_hours", candidate_budget="precompute.candidates.budget",
-                      verifier_threshold="precompute.verifier.threshold")
+                      verifier_threshold="precompute.verifier.threshold",
+                      request_threshold="precompute.verifier.request_threshold")
 
 with DAG(
     dag_id="solaris_precompute",
@@ -49,7 +51,12 @@ with DAG(
                                   maximum=168),
         "candidate_budget": CONFIG.param(Param, "candidate_budget", "max candidate pairs per run", type="integer",
                                          minimum=1),
-        "verifier_threshold": CONFIG.param(Param, "verifier_threshold", "keep pairs with verifier probability >= this",
+        "request_threshold": CONFIG.param(Param, "request_threshold",
+                                          "request rule (default): keep pairs with P(requested within the TTL) >= this",
+                                          type=["null", "number"], minimum=0, maximum=1),
+        "verifier_threshold": CONFIG.param(Param, "verifier_threshold",
+                                           "relevance rule (and the fallback without a speculator): keep pairs with "
+                                           "verifier probability >= this",
                                            type=["null", "number"], minimum=0, maximum=1),
     },
 ) as dag:

@@ -97,7 +97,7 @@ with DAG(
     train_speculator = SparkSubmitOperator(
         task_id="train_speculator",
         doc_md="Fit the speculation blend and the request verifier on the busiest ticks of the week before `start`.",
-        **spark_submit_kwargs("train_speculator", ["--as-of", "{{ params.start }}"]),
+        **spark_submit_kwargs("train_speculator", CONFIG.args("--as-of", "{{ params.start }}", params=["ttl_hours"])),
     )
     replay = SparkSubmitOperator(
         task_id="replay",

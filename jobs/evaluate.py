@@ -400,11 +400,13 @@ def replay_window(
     # the speculator the schedule would have had at the window's start: fit on the week before it
     speculator = speculator_for(
         spark, config, seed_config, window.fm_cutoff,
-        step_fingerprint(seed_config, "speculator", as_of=window.fm_cutoff.isoformat(), data=rows.training_digest),
+        step_fingerprint(seed_config, "speculator", as_of=window.fm_cutoff.isoformat(), data=rows.training_digest,
+                         fm=models.serving_versions["fm"]),
     )
+    versions = models.serving_versions if speculator is None else {**models.serving_versions, "speculator": speculator}
     fingerprint = step_fingerprint(
-        seed_config, "replay", seed=seed_config.seed, data=rows.window_digest,
-        models={**models.serving_versions, "speculator": speculator}, t0=window.t0.isoformat(),
+        seed_config, "replay", seed=seed_config.seed, data=rows.window_digest, models=versions,
+        t0=window.t0.isoformat(),
     )
     marker = Path(seed_config.warehouse) / "replay.json"
     saved = json.loads(marker.read_text()).get("fingerprint") if marker.is_file() else None
@@ -614,7 +616,8 @@ def _replay_figures(
                 "verified_hit_rate": details.get("verified_hit_rate"),
             }
         elif row.as_of in scored_ticks:
-            pairs += int(row.rows_in) if row.job == "score" else 0
+            # FM passes: `scored` (under the request rule only the kept pairs; rows_in = candidates)
+            pairs += int(details.get("scored") or row.rows_in) if row.job == "score" else 0
             users += int(row.rows_in) if row.job == "knn" else 0
     return hit_rates, {
         "fm_pairs_scored": pairs,

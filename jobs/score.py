@@ -1,11 +1,12 @@
-"""Score, verify and store: candidates -> FM pair embeddings -> verifier -> ``pair_embeddings``.
+"""Verify, score and store: candidates -> verifier rule + FM pair embeddings -> ``pair_embeddings``.
 
 For the run at ``--as-of t``:
 
 1. point-in-time features in Spark: each candidate user's last N events with ``ts <= t`` (as
    lists) and each candidate item's event count up to ``t``;
-2. the FM and the verifier score every candidate in ``udfs/fm_scoring`` (``mapInArrow``, models
-   loaded once per Python worker, GPU when the task has one);
+2. the FM and the verifier score the candidates (under rule ``request`` only the kept ones, step 3)
+   in ``udfs/fm_scoring`` (``mapInArrow``, models loaded once per Python worker, GPU when the task has
+   one);
 3. the verifier rule (threshold / top-k per user / global budget, ``precompute.verifier``) keeps
    the pairs worth storing; the rule and its effective threshold are recorded in ``runs``. Rule
    ``request`` (default) thresholds the speculator's P(requested within the TTL) of each candidate

@@ -86,7 +86,8 @@ def fit(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> Speculat
     from solaris.runtime import JobInputError
 
     pre, training = config.precompute, config.precompute.speculator
-    latest = as_of - timedelta(hours=pre.ttl_hours)  # a tick's TTL window must end by as_of
+    # a tick's TTL window (and the hour its requesters are counted over) must end by as_of
+    latest = as_of - timedelta(hours=max(pre.ttl_hours, pre.horizon_hours, 1.0))
     start = latest - timedelta(days=training.days)
     counts = requesters_per_hour(spark, config, start, latest + timedelta(microseconds=1))
     counts = {tick: n for tick, n in counts.items() if tick <= latest}
@@ -136,6 +137,12 @@ def speculator_for(spark: SparkSession, config: SolarisConfig, target: SolarisCo
     if not uses_speculator(target):
         return None
     root = Path(target.resolve_under_warehouse(target.precompute.candidates.speculator_checkpoint))
+    if "retrieval" in target.precompute.candidates.sources:
+        # the retrieval source represents users with the FM: the target's (trained before as_of), never
+        # whatever the source warehouse's LATEST is
+        fm_root = str(target.resolve_under_warehouse(target.precompute.fm_checkpoint))
+        config = config.model_copy(update={"precompute": config.precompute.model_copy(
+            update={"fm_checkpoint": fm_root})})
     if (root / "LATEST").is_file():
         folder = Path(resolve_checkpoint(str(root)))
         marker = folder / FINGERPRINT_FILE
@@ -146,6 +153,8 @@ def speculator_for(spark: SparkSession, config: SolarisConfig, target: SolarisCo
     try:
         speculator = fit(spark, config, as_of)
     except JobInputError as error:
+        # the stages must then fall back as the caller's fingerprint says: no older speculator may stay LATEST
+        (root / "LATEST").unlink(missing_ok=True)
         log.warning("no speculator for the replay from %s: %s", as_of, error)
         return None
     folder = save_speculator(target, speculator)

@@ -121,7 +121,8 @@ def test_the_speculator_the_defaults_use_is_trained_by_the_models_and_replay_dag
     replay = dagbag.dags["solaris_replay"]
     assert replay.get_task("train_speculator").upstream_task_ids == {"train_verifier"}
     assert replay.get_task("replay").upstream_task_ids == {"train_speculator"}
-    assert list(replay.get_task("train_speculator").application_args) == ["--as-of", "{{ params.start }}"]
+    args = replay.get_task("train_speculator").application_args  # fit for the TTL the replay runs with
+    assert list(args) == ["--as-of", "{{ params.start }}"] and args.overrides["ttl_hours"][0] == "precompute.ttl_hours"
 
 
 @pytest.mark.parametrize("dag_id, half", [("solaris_precompute", "PRECOMPUTE"), ("solaris_enrichment", "ENRICHMENT")])

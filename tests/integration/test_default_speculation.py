@@ -75,7 +75,9 @@ def test_default_speculation_writes_only_pairs_the_request_model_keeps(spark, wo
 
 @pytest.mark.slow
 def test_without_a_speculator_the_defaults_fall_back_to_the_relevance_rule(spark, world_template, tmp_path):
-    config = copy_world(world_template, tmp_path / "warehouse", *DEFAULT_SPECULATION)
+    # a relevance top-k below the world's 20 candidates per user (the request rule's is 50): it must bind
+    config = copy_world(world_template, tmp_path / "warehouse", *DEFAULT_SPECULATION,
+                        "precompute.verifier.top_k_per_user=5")
     rule = config.precompute.verifier
 
     run_id, candidates, scored = _run(spark, config)
@@ -85,16 +87,20 @@ def test_without_a_speculator_the_defaults_fall_back_to_the_relevance_rule(spark
     assert scored.effective_threshold is not None and scored.effective_threshold >= rule.threshold
     pairs = spark.read.format("delta").load(config.table_path("pair_embeddings")).toPandas()
     assert len(pairs) > 0 and (pairs["verifier_score"] >= rule.threshold).all()
-    assert pairs.groupby("user_id").size().max() <= rule.top_k_per_user
+    assert pairs.groupby("user_id").size().max() == rule.top_k_per_user == 5
     assert _score_row(spark, config, run_id)["rule"] == "relevance"
 
 
 @pytest.mark.slow
-def test_the_evaluation_fits_a_speculator_once_per_fingerprint(spark, world_template, tmp_path):
+def test_the_evaluation_fits_a_speculator_once_per_fingerprint(spark, world_template, tmp_path, monkeypatch):
     """`solaris evaluate` gives each window's replay warehouse the speculator the schedule would have
     had: fit on the source warehouse's events, saved in the target, reused while the fingerprint holds."""
+    from solaris.jobs import train_speculator
     from solaris.jobs.candidates import load_speculator
     from solaris.jobs.train_speculator import speculator_for
+
+    fits = []
+    monkeypatch.setattr(train_speculator, "fit", lambda *args: fits.append(args) or fit(*args))
 
     source = copy_world(world_template, tmp_path / "source", *DEFAULT_SPECULATION, "precompute.speculator.ticks=2")
     target = source.model_copy(update={"warehouse": tmp_path / "replay"})
@@ -103,15 +109,17 @@ def test_the_evaluation_fits_a_speculator_once_per_fingerprint(spark, world_temp
     version = speculator_for(spark, source, target, T0, "fingerprint-a")
     speculator = load_speculator(target, T0)
     assert speculator is not None and speculator.version == version and speculator.as_of == T0.isoformat()
-    assert speculator_for(spark, source, target, T0, "fingerprint-a") == version  # reused, not refit
+    assert speculator_for(spark, source, target, T0, "fingerprint-a") == version and len(fits) == 1  # reused
     assert len([folder for folder in root.iterdir() if folder.is_dir()]) == 1
     # another fingerprint (settings or data changed) fits again; the same data gives the same model
-    assert speculator_for(spark, source, target, T0, "fingerprint-b") == version
+    assert speculator_for(spark, source, target, T0, "fingerprint-b") == version and len(fits) == 2
     assert (root / version / "fingerprint").read_text().strip() == "fingerprint-b"
 
     rules_only = target.model_copy(update={"precompute": target.precompute.model_copy(update={
         "candidates": target.precompute.candidates.model_copy(update={"blend": "hand"}),
         "verifier": target.precompute.verifier.model_copy(update={"rule": "relevance"})})})
     assert speculator_for(spark, source, rules_only, T0, "fingerprint-a") is None  # uses none, fits none
-    # nothing to learn from before the first event: no speculator, the stages fall back
+    # nothing to learn from before the first event: no speculator, and none left LATEST from before, so
+    # the stages fall back as the replay's fingerprint (speculator None) says
     assert speculator_for(spark, source, target, datetime(2020, 1, 1, tzinfo=timezone.utc), "fingerprint-c") is None
+    assert load_speculator(target, T0) is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from solaris.ingest.sources import resolve_source
@@ -70,6 +72,7 @@ def test_train_speculator_cli_writes_a_speculator_the_candidates_stage_loads(tra
     assert train_speculator.main(["--as-of", AS_OF, *common, "--set", "precompute.speculator.ticks=2"]) == 0
     speculator = load_speculator(config, parse_utc(AS_OF))
     assert speculator is not None and len(speculator.ticks) == 2 and speculator.positives > 0
-    assert all(parse_utc(tick) < parse_utc(AS_OF) for tick in speculator.ticks)
+    ttl = timedelta(hours=config.precompute.ttl_hours)  # every label (requests within the TTL) is <= the as-of
+    assert all(parse_utc(tick) + ttl <= parse_utc(AS_OF) for tick in speculator.ticks)
     assert load_speculator(config, parse_utc("2026-01-14T23:00:00Z")) is None  # not before its as-of
     assert train_speculator.main(["--as-of", "2020-01-01T00:00:00Z", *common]) == 2

@@ -152,3 +152,16 @@ def test_busiest_ticks_spread_over_days_in_time_order():
     assert len(ticks) == 6 and ticks == sorted(ticks) and len({t.date() for t in ticks}) == 3
     assert busiest_ticks(counts, 6, days=3, per_day=2) == ticks
     assert busiest_ticks(counts, 1) == [max(counts, key=lambda t: (counts[t], -t.timestamp()))]
+
+
+def test_the_request_rule_applies_its_own_threshold_and_top_k():
+    """Rule request: ``request_threshold`` and ``request_top_k_per_user``, not the relevance settings
+    (the same config object carries both; the score stage's fallback switches the rule, not the values)."""
+    users, items = np.array([1, 1, 1, 2]), np.array([10, 11, 12, 10])
+    scores = np.array([0.5, 0.3, 0.05, 0.2])
+    rule = VerifierConfig(rule="request", request_threshold=0.1, request_top_k_per_user=1, threshold=0.4,
+                          top_k_per_user=5)
+    keep, threshold = verify_mask(users, items, scores, rule)
+    assert threshold == 0.2 and keep.tolist() == [True, False, False, True]  # lowest kept score >= 0.1
+    keep, threshold = verify_mask(users, items, scores, rule.model_copy(update={"rule": "relevance"}))
+    assert threshold == 0.5 and keep.tolist() == [True, False, False, False]  # lowest kept score >= 0.4
