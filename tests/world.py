@@ -30,7 +30,8 @@ SMALL = [
     # The speculation the stage tests were written for: three rule sources, hand weights, the relevance
     # verifier. The default (learned blend + request verifier) needs a speculator checkpoint, which the
     # world does not have; tests/integration/test_default_speculation.py trains one and runs it.
-    "precompute.candidates.sources=[cooc, trending, recent]", "precompute.candidates.blend=hand",
+    # No spaces in these values: the reliability tests pass them through a shell.
+    "precompute.candidates.sources=[cooc,trending,recent]", "precompute.candidates.blend=hand",
     "precompute.verifier.rule=relevance",
 ]
 WORLD = [

@@ -22,7 +22,7 @@ from tests.world import T0, copy_world
 
 # The world's config pins the rule-only speculation; these put the defaults back.
 DEFAULT_SPECULATION = [
-    f"precompute.candidates.sources=[{', '.join(CandidateConfig().sources)}]",
+    f"precompute.candidates.sources=[{','.join(CandidateConfig().sources)}]",
     f"precompute.candidates.blend={CandidateConfig().blend}",
     f"precompute.verifier.rule={VerifierConfig().rule}",
     "precompute.speculator.ticks=3",  # the fit's quality is not the question here
