@@ -187,10 +187,10 @@ def prepare(source: Path, work: Path) -> None:
     for name in ("events", "id_map"):
         if (source / name).exists():
             shutil.copytree(source / name, work / name)
-    for role in ("fm", "vm_baseline", "speculator"):
-        if role == "speculator" and not (source / "models" / role).exists():
-            continue
+    for role in ("fm", "vm_baseline"):
         shutil.copytree(source / "models" / role, work / "models" / role)
+    if (source / "models" / "speculator").exists():
+        shutil.copytree(source / "models" / "speculator", work / "models" / "speculator")
 
 
 def fm_seconds_per_pair(spark, config, as_of, threads: int) -> tuple[float, int]:

@@ -129,9 +129,7 @@ def speculator_for(spark: SparkSession, config: SolarisConfig, target: SolarisCo
     """
     from pathlib import Path
 
-    from solaris.jobs.candidates import SPECULATOR_FILE, save_speculator
-    from solaris.models.checkpoint import resolve_checkpoint
-    from solaris.precompute.speculation import Speculator
+    from solaris.jobs.candidates import load_speculator, save_speculator
     from solaris.runtime import JobInputError
 
     if not uses_speculator(target):
@@ -143,13 +141,12 @@ def speculator_for(spark: SparkSession, config: SolarisConfig, target: SolarisCo
         fm_root = str(target.resolve_under_warehouse(target.precompute.fm_checkpoint))
         config = config.model_copy(update={"precompute": config.precompute.model_copy(
             update={"fm_checkpoint": fm_root})})
-    if (root / "LATEST").is_file():
-        folder = Path(resolve_checkpoint(str(root)))
-        marker = folder / FINGERPRINT_FILE
+    existing = load_speculator(target, as_of)
+    if existing is not None:
+        marker = root / existing.version / FINGERPRINT_FILE
         if marker.is_file() and marker.read_text().strip() == fingerprint:
-            speculator = Speculator.from_json((folder / SPECULATOR_FILE).read_text())
-            log.info("speculator %s reused (fingerprint %s)", speculator.version, fingerprint)
-            return speculator.version
+            log.info("speculator %s reused (fingerprint %s)", existing.version, fingerprint)
+            return existing.version
     try:
         speculator = fit(spark, config, as_of)
     except JobInputError as error:
