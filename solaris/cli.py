@@ -33,7 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     lines = ["usage: solaris <command> [options]", "", "commands:"]
-    lines += [f"  {name:<14}{summary}" for name, (_, summary) in COMMANDS.items()]
+    width = max(len(name) for name in COMMANDS) + 2  # names never run into their summaries
+    lines += [f"  {name:<{width}}{summary}" for name, (_, summary) in COMMANDS.items()]
     lines += ["", "Run `solaris <command> --help` for the options of a command."]
     return "\n".join(lines)
 

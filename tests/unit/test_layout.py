@@ -103,3 +103,12 @@ def test_the_check_catches_a_back_reference(tmp_path: Path) -> None:
     fake = tmp_path / "rules.py"
     fake.write_text("from solaris.serving.resolver import Resolver\nfrom solaris.config import SolarisConfig\n")
     assert _back_references("solaris.ingest.rules", fake) == ["solaris.serving.resolver"]
+
+
+def test_the_command_list_keeps_every_name_apart_from_its_summary():
+    from solaris.cli import COMMANDS, _usage
+
+    lines = {line.split()[0]: line for line in _usage().splitlines() if line.startswith("  ")}
+    assert set(lines) == set(COMMANDS)  # a name glued to its summary would not be found here
+    for name, (_, summary) in COMMANDS.items():
+        assert lines[name].split(None, 1) == [name, summary]
