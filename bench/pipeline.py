@@ -15,8 +15,8 @@ Models: the FM and verifier checkpoints are built once from the seed (untrained:
 not quality; the verifier keeps the top ``precompute.verifier.top_k_per_user`` per user so the kept
 share does not depend on random weights) and copied into every warehouse.
 
-The last line is ``growth exponent: X.XX`` - the slope of log(total cycle time) against
-log(candidate pairs), fitted over the scales (1.0 = linear).
+The last lines are the growth exponent of each stage and ``growth exponent: X.XX`` - the slope of
+log(time) against log(candidate pairs), fitted over the scales (1.0 = linear).
 
     .venv/bin/python bench/pipeline.py --scales 1000000,5000000,20000000
 """
@@ -176,7 +176,12 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     if len(results) >= 2:
-        exponent = growth_exponent([r["pairs"] for r in results], [r["total_seconds"] for r in results])
+        pairs = [r["pairs"] for r in results]
+        # per stage too: a cycle that grows linearly overall can hide one stage that does not
+        print("growth exponent per stage: " + ", ".join(
+            f"{stage} {growth_exponent(pairs, [r['stage_seconds'][stage] for r in results]):.2f}"
+            for stage in STAGE_NAMES))
+        exponent = growth_exponent(pairs, [r["total_seconds"] for r in results])
         print(f"growth exponent: {exponent:.2f}")
 
 

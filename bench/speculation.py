@@ -45,6 +45,7 @@ NEW_SPECULATION = (
     "precompute.verifier.rule=request",
     "precompute.verifier.request_threshold=0.002",
     "precompute.verifier.request_top_k_per_user=50",
+    "precompute.verifier.request_min_per_user=1",
 )
 STRATA = ("none", "1-20", ">20")
 NEW, TODAY = "written (new)", "written (today)"

@@ -33,7 +33,8 @@ from solaris.pipeline import PRECOMPUTE
 PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")
 CONFIG = ConfigParams(ttl_hours="precompute.ttl_hours", candidate_budget="precompute.candidates.budget",
                       verifier_threshold="precompute.verifier.threshold",
-                      request_threshold="precompute.verifier.request_threshold")
+                      request_threshold="precompute.verifier.request_threshold",
+                      request_min_per_user="precompute.verifier.request_min_per_user")
 
 with DAG(
     dag_id="solaris_precompute",
@@ -54,6 +55,9 @@ with DAG(
         "request_threshold": CONFIG.param(Param, "request_threshold",
                                           "request rule (default): keep pairs with P(requested within the TTL) >= this",
                                           type=["null", "number"], minimum=0, maximum=1),
+        "request_min_per_user": CONFIG.param(Param, "request_min_per_user",
+                                             "request rule: each user's best m pairs are kept below the threshold "
+                                             "too (tier 3 for every candidate user)", type="integer", minimum=0),
         "verifier_threshold": CONFIG.param(Param, "verifier_threshold",
                                            "relevance rule (and the fallback without a speculator): keep pairs with "
                                            "verifier probability >= this",

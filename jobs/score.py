@@ -59,6 +59,7 @@ class ScoreResult:
     verifier_version: str
     rule: str = "relevance"  # precompute.verifier.rule in effect (request falls back without request scores)
     scored: int = 0  # FM passes: every candidate under relevance, only the verified ones under request
+    min_per_user: int = 0  # the rule's per-user floor in effect (pairs kept per user whatever their score)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,6 +175,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             verifier_version=verifier_meta["version"],
             rule=rule,
             scored=n_scored,
+            min_per_user=verifier.active_min_per_user(),
         )
         record.details = asdict(result)
         record.write(spark, config, "success")
@@ -193,7 +195,10 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
 
 def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> tuple[DataFrame, float, int]:
     """The verifier rule on ``column``: effective threshold (absolute, raised by the global budget),
-    then the rule's top-k per user (ties by item id). Returns (kept rows, threshold, input rows)."""
+    then the rule's top-k per user, plus its per-user floor (the user's best pairs whatever their
+    score); users' pairs ranked by score, ties by item id. The rule in numpy, with its edge cases
+    unit-tested: :func:`solaris.precompute.speculation.verify_mask`. Returns (kept rows, threshold,
+    input rows)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -201,11 +206,16 @@ def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> tuple[DataFr
 
     n_rows, scores = _threshold_inputs(frame, rule, column)
     threshold = effective_threshold(scores, rule)
-    kept = frame.where(F.col(column) >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False))
-    top_k = rule.active_top_k()
-    if top_k is not None:
-        window = Window.partitionBy("user_id").orderBy(F.col(column).desc(), F.col("item_id"))
-        kept = kept.withColumn("_rank", F.row_number().over(window)).where(F.col("_rank") <= top_k).drop("_rank")
+    passing = F.col(column) >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False)
+    top_k, floor = rule.active_top_k(), rule.active_min_per_user()
+    if top_k is None and floor == 0:
+        return frame.where(passing), threshold, n_rows
+    window = Window.partitionBy("user_id").orderBy(F.col(column).desc(), F.col("item_id"))
+    rank = F.col("_rank")
+    keep = passing if top_k is None else passing & (rank <= top_k)
+    if floor > 0:
+        keep = keep | (rank <= floor)
+    kept = frame.withColumn("_rank", F.row_number().over(window)).where(keep).drop("_rank")
     return kept, threshold, n_rows
 
 

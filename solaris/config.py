@@ -66,6 +66,9 @@ class SparkConfig(_Strict):
     # Extra driver JVM options of a process that runs one hourly stage and exits (a spark-submit task,
     # `solaris <stage>`); not of replay / evaluate sessions. Why C1 only: solaris/spark.py.
     one_stage_java_options: str = "-XX:TieredStopAtLevel=1"
+    # Whole-stage code generation in a one-stage process (spark.sql.codegen.wholeStage there only);
+    # why it can be turned off: solaris/spark.py.
+    one_stage_whole_stage_codegen: bool = True
     # Class-data-sharing archive of Spark's and Delta's classes, written by `make setup`; used by
     # every driver JVM when the file exists (null: never). Why: solaris/spark.py.
     class_data_archive: str | None = "jars/spark-classes.jsa"
@@ -259,6 +262,11 @@ class VerifierConfig(_Strict):
     request_threshold: float | None = Field(0.002, ge=0, le=1)  # for rule request
     top_k_per_user: int | None = Field(20, ge=1)  # for rule relevance
     request_top_k_per_user: int | None = Field(50, ge=1)  # for rule request
+    # for rule request: each user's best m pairs are kept below the threshold (and the budget) too.
+    # Why: a user all of whose candidates are unlikely requests would get no pair, hence no 24 h
+    # aggregate (tier 3) and no KNN representation from pairs; m pairs per user buy those tiers for
+    # at most m FM passes per candidate user.
+    request_min_per_user: int = Field(1, ge=0)
     budget: int | None = Field(None, ge=1)
 
     def active_threshold(self) -> float | None:
@@ -266,6 +274,13 @@ class VerifierConfig(_Strict):
 
     def active_top_k(self) -> int | None:
         return self.request_top_k_per_user if self.rule == "request" else self.top_k_per_user
+
+    def active_min_per_user(self) -> int:
+        """Pairs kept per user whatever their score (0 under the relevance rule, as before)."""
+        if self.rule != "request":
+            return 0
+        top_k = self.request_top_k_per_user
+        return self.request_min_per_user if top_k is None else min(self.request_min_per_user, top_k)
 
 
 class PrecomputeConfig(_Strict):

@@ -8,7 +8,8 @@
 * :func:`busiest_ticks`: which hours to learn from (and to benchmark on): the most requesters.
 * :func:`effective_threshold` / :func:`verify_mask` implement the verifier rule: an absolute
   threshold, a global budget (threshold raised to the budget's quantile) and a per-user top-k,
-  all of which apply when set. The Spark job uses the same threshold function, so the edge cases
+  all of which apply when set, plus the request rule's per-user floor (each user's best pairs kept
+  whatever their score). The Spark job uses the same threshold function, so the edge cases
   tested here (empty input, all below threshold, budget larger than input) are the job's.
 * TTL arithmetic: ``expires_at = computed_at + ttl``; servable iff ``now < expires_at``.
 """
@@ -219,21 +220,26 @@ def verify_mask(
 ) -> tuple[np.ndarray, float]:
     """Boolean mask of kept pairs and the effective threshold (the Spark job's rule, in numpy).
 
-    Order of rules: threshold (absolute, raised by the budget), then top-k per user among the
-    pairs still kept, ties broken by item id, exactly like the job's window.
+    Each user's pairs are ranked by score (ties by item id, exactly like the job's window). Kept:
+    rank < top-k among the pairs at or above the threshold (absolute, raised by the budget), plus
+    the rule's per-user floor (rank < ``active_min_per_user()``) whatever its score. Ranking all of
+    a user's pairs and ranking only the passing ones give passing pairs the same rank, because
+    passing pairs are a prefix of the user's order.
     """
     scores = np.asarray(scores, dtype=np.float64)
     user_id, item_id = np.asarray(user_id), np.asarray(item_id)
     threshold = effective_threshold(scores, rule)
     keep = scores >= threshold
-    top_k = rule.active_top_k()
-    if top_k is not None and keep.any():
-        rows = np.flatnonzero(keep)
-        order = rows[np.lexsort((item_id[rows], -scores[rows], user_id[rows]))]
+    top_k, floor = rule.active_top_k(), rule.active_min_per_user()
+    if (top_k is not None or floor > 0) and scores.size:
+        order = np.lexsort((item_id, -scores, user_id))
         users = user_id[order]
         starts = np.r_[0, np.flatnonzero(users[1:] != users[:-1]) + 1]
-        rank = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
-        keep[order[rank >= top_k]] = False
+        rank = np.empty(order.size, dtype=np.int64)
+        rank[order] = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
+        if top_k is not None:
+            keep &= rank < top_k
+        keep |= rank < floor
     return keep, threshold
 
 

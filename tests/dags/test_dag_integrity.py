@@ -70,7 +70,7 @@ def test_params_validation_rejects_bad_input(dagbag):
     dag = dagbag.dags["solaris_precompute"]
     dag.params.validate()  # defaults are valid
     assert dag.params.get_param("as_of").resolve("2000-12-01T00:00:00Z") == "2000-12-01T00:00:00Z"
-    for key, bad in (("ttl_hours", -1), ("ttl_hours", "six"), ("verifier_threshold", 1.5),
+    for key, bad in (("ttl_hours", -1), ("ttl_hours", "six"), ("verifier_threshold", 1.5), ("request_min_per_user", -1),
                      ("candidate_budget", 0), ("as_of", "yesterday")):
         with pytest.raises(ParamValidationError):
             dag.params.get_param(key).resolve(bad)

@@ -2,6 +2,11 @@
 
 Runs the real DAG with the real SparkSubmitOperator (spark-submit on local[*], Delta JARs from
 set-up) against a temporary warehouse, then checks the Airflow metadata DB and the tables.
+
+The deployment's config is the packaged default plus a YAML that only sizes the run for a test
+(selected with ``$SOLARIS_CONFIG`` as a deployment would; ``$SOLARIS_HOME`` anchors its relative
+paths at the checkout): the speculator learns from 2 past ticks instead of 8 and shuffles use 2
+partitions, as every other test's Spark does. Every task and code path of the defaults still runs.
 """
 
 from __future__ import annotations
@@ -17,10 +22,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+TEST_DEPLOYMENT = "precompute:\n  speculator: {ticks: 2}\nspark: {shuffle_partitions: 2}\n"
+
+
 def _dags_test(dag_id: str, conf: dict, warehouse: Path) -> dict[str, str]:
     """Run `airflow dags test` and return the task states the metadata DB recorded for that run."""
     command = f"source scripts/airflow-env.sh && airflow dags test {dag_id} -c '{json.dumps(conf)}'"
-    env = {**os.environ, "SOLARIS_WAREHOUSE": str(warehouse)}
+    deployment = warehouse.parent / "conf" / "solaris.yaml"
+    deployment.parent.mkdir(exist_ok=True)
+    deployment.write_text(TEST_DEPLOYMENT)
+    env = {**os.environ, "SOLARIS_WAREHOUSE": str(warehouse), "SOLARIS_CONFIG": str(deployment),
+           "SOLARIS_HOME": str(ROOT)}
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     db = sqlite3.connect(ROOT / "airflow_home" / "airflow.db")
@@ -48,6 +60,7 @@ def test_replay_then_precompute_and_enrichment_dags_run_every_task_to_success(tm
     # the default speculation: the speculator trained by the DAG, its request verifier before the FM
     assert [json.loads(details)["rule"] for details in scores.details] == ["request", "request"]
     assert (runs.job == "train_speculator").sum() == 1
+    assert len(json.loads(runs[runs.job == "train_speculator"].details.iloc[0])["ticks"]) == 2  # the deployment YAML
     pairs = DeltaTable(str(warehouse / "pair_embeddings")).to_pandas()
     assert len(pairs) > 0 and pairs["run_id"].str.startswith("precompute-19980301T0").all()
 

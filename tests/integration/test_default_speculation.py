@@ -17,8 +17,9 @@ from solaris.jobs import candidates as candidates_job
 from solaris.jobs import score as score_job
 from solaris.jobs.candidates import save_speculator
 from solaris.jobs.train_speculator import fit
+from solaris.precompute.speculation import verify_mask
 from solaris.timeutil import default_run_id
-from tests.world import T0, copy_world
+from tests.world import T0, copy_world, world_config
 
 # The world's config pins the rule-only speculation; these put the defaults back.
 DEFAULT_SPECULATION = [
@@ -47,30 +48,45 @@ def test_the_defaults_are_the_learned_blend_and_the_request_verifier():
 @pytest.mark.slow
 def test_default_speculation_writes_only_pairs_the_request_model_keeps(spark, world_template, tmp_path):
     # fewer pairs per user than the world's 20 candidates, so the request rule really drops pairs
-    config = copy_world(world_template, tmp_path / "warehouse", *DEFAULT_SPECULATION,
-                        "precompute.verifier.request_top_k_per_user=5")
-    rule = config.precompute.verifier
+    settings = [*DEFAULT_SPECULATION, "precompute.verifier.request_top_k_per_user=5"]
+    config = copy_world(world_template, tmp_path / "warehouse", *settings)
     speculator = fit(spark, config, T0)
     save_speculator(config, speculator)
-
-    run_id, candidates, scored = _run(spark, config)
+    run_id = default_run_id("precompute", T0)
+    candidates = candidates_job.run(spark, config, T0, run_id)
     assert candidates.blend == f"learned {speculator.version}"
-    assert scored.rule == "request" and scored.written > 0
+    proposed = spark.read.format("delta").load(config.table_path("candidates")).toPandas()
+    assert proposed["request_score"].notna().all()
+    # a threshold that about half of the users' best pairs miss, so the per-user floor binds
+    threshold = float(proposed.groupby("user_id")["request_score"].max().median())
+    config = world_config(config.warehouse, *settings, f"precompute.verifier.request_threshold={threshold!r}")
+    rule = config.precompute.verifier
+    assert rule.active_min_per_user() == 1
+
+    scored = score_job.run(spark, config, T0, run_id)
+    assert scored.rule == "request" and scored.written > 0 and scored.min_per_user == 1
     # verified before the FM: the FM scored exactly the kept pairs, not every candidate
     assert scored.scored == scored.verified == scored.written + scored.quarantined < scored.candidates
     assert scored.effective_threshold is not None and scored.effective_threshold >= rule.request_threshold
 
     pairs = spark.read.format("delta").load(config.table_path("pair_embeddings")).toPandas()
-    proposed = spark.read.format("delta").load(config.table_path("candidates")).toPandas()
     joined = pairs.merge(proposed[["user_id", "item_id", "request_score"]], on=["user_id", "item_id"])
-    assert len(joined) == len(pairs)
+    assert len(joined) == len(pairs) and scored.quarantined == 0
     # the written verifier_score is the request model's P(requested within the TTL)
     assert (abs(joined["verifier_score"] - joined["request_score"]) < 1e-6).all()
-    assert (pairs["verifier_score"] >= rule.request_threshold).all()
-    assert pairs.groupby("user_id").size().max() == rule.request_top_k_per_user
+    # exactly the pairs of the rule in numpy: threshold, top-k, and each user's best pair below it
+    keep, expected_threshold = verify_mask(proposed.user_id, proposed.item_id, proposed.request_score, rule)
+    assert expected_threshold == scored.effective_threshold
+    assert set(zip(pairs.user_id, pairs.item_id)) == set(zip(proposed.user_id[keep], proposed.item_id[keep]))
+    per_user = pairs.groupby("user_id")["verifier_score"].agg(["size", "max"])
+    assert per_user["size"].max() == rule.request_top_k_per_user
+    below = per_user[per_user["max"] < scored.effective_threshold]
+    assert len(below) > 0 and (below["size"] == 1).all()  # the floor: one pair for users with none passing
+    assert set(per_user.index) == set(proposed.user_id)  # every candidate user has pairs (tier 3)
     # the rule used and its effective threshold are in `runs`
     details = _score_row(spark, config, run_id)
     assert details["rule"] == "request" and details["effective_threshold"] == scored.effective_threshold
+    assert details["min_per_user"] == 1
 
 
 @pytest.mark.slow

@@ -165,3 +165,26 @@ def test_the_request_rule_applies_its_own_threshold_and_top_k():
     assert threshold == 0.2 and keep.tolist() == [True, False, False, True]  # lowest kept score >= 0.1
     keep, threshold = verify_mask(users, items, scores, rule.model_copy(update={"rule": "relevance"}))
     assert threshold == 0.5 and keep.tolist() == [True, False, False, False]  # lowest kept score >= 0.4
+
+
+def test_the_request_rule_keeps_each_users_best_pairs_below_the_threshold_and_budget():
+    """The per-user floor: a user whose candidates are all unlikely requests still gets their best
+    ``request_min_per_user`` pairs (ties by item id), on top of the pairs the threshold and the
+    budget keep; the top-k still caps the rest; the relevance rule has no floor."""
+    users, items = np.array([1, 1, 1, 2, 2, 2, 3]), np.array([10, 11, 12, 12, 11, 10, 10])
+    scores = np.array([0.5, 0.3, 0.2, 0.01, 0.01, 0.005, 0.001])
+    rule = VerifierConfig(rule="request", request_threshold=0.1, request_top_k_per_user=2, request_min_per_user=2)
+    keep, threshold = verify_mask(users, items, scores, rule)
+    # user 1: the top-2 of the passing pairs; user 2: its best two (tie 0.01 broken by item id); user 3: its only pair
+    assert threshold == 0.2 and keep.tolist() == [True, True, False, True, True, False, True]
+    keep, _ = verify_mask(users, items, scores, rule.model_copy(update={"request_min_per_user": 0}))
+    assert keep.tolist() == [True, True, False, False, False, False, False]
+    keep, _ = verify_mask(users, items, scores, rule.model_copy(update={"budget": 1}))  # the budget keeps 0.5 only
+    assert keep.tolist() == [True, True, False, True, True, False, True]
+    keep, _ = verify_mask(users, items, scores, rule.model_copy(update={"budget": 1, "request_min_per_user": 1}))
+    assert keep.tolist() == [True, False, False, False, True, False, True]
+    relevance = rule.model_copy(update={"rule": "relevance", "threshold": 0.1, "top_k_per_user": 2})
+    assert relevance.active_min_per_user() == 0
+    assert verify_mask(users, items, scores, relevance)[0].tolist() == [True, True, False, False, False, False, False]
+    # the floor never exceeds the top-k
+    assert rule.model_copy(update={"request_top_k_per_user": 1}).active_min_per_user() == 1
