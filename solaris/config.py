@@ -66,9 +66,6 @@ class SparkConfig(_Strict):
     # Extra driver JVM options of a process that runs one hourly stage and exits (a spark-submit task,
     # `solaris <stage>`); not of replay / evaluate sessions. Why C1 only: solaris/spark.py.
     one_stage_java_options: str = "-XX:TieredStopAtLevel=1"
-    # Whole-stage code generation in a one-stage process (spark.sql.codegen.wholeStage there only);
-    # why it can be turned off: solaris/spark.py.
-    one_stage_whole_stage_codegen: bool = True
     # Class-data-sharing archive of Spark's and Delta's classes, written by `make setup`; used by
     # every driver JVM when the file exists (null: never). Why: solaris/spark.py.
     class_data_archive: str | None = "jars/spark-classes.jsa"

@@ -112,12 +112,6 @@ def session_conf(config: SolarisConfig, master: str | None = None, one_stage: bo
         # this n; above it Spark sorts globally instead, so a large budget cannot OOM an executor.
         "spark.sql.execution.topKSortFallbackThreshold": "500000",
     }
-    if one_stage and not config.spark.one_stage_whole_stage_codegen:
-        # A one-stage process compiles every query's fused Java class once, in a JVM whose Janino
-        # and JIT are still cold, and exits; on an hour's small tables that compile can cost more
-        # than the rows it speeds up. Off, Spark runs the same plans operator by operator (only
-        # expressions are generated). Long sessions keep it: their classes are cached and reused.
-        conf["spark.sql.codegen.wholeStage"] = "false"
     return conf
 
 
