@@ -21,6 +21,7 @@ grep -oE "INFO solaris\.(ingest|train_fm|train_vm|train_speculator|candidates|sc
 
 python - "$SOLARIS_WAREHOUSE" "$AIRFLOW_HOME" <<'PY'
 import json, sqlite3, sys
+from pathlib import Path
 from solaris.tiers import SERVING_ORDER
 from deltalake import DeltaTable
 root, airflow_home = sys.argv[1], sys.argv[2]
@@ -54,7 +55,8 @@ for name in ("events", "candidates", "pair_embeddings", "user_embeddings", "impu
              "user_neighbors", "quarantine", "runs"):
     table = DeltaTable(f"{root}/{name}")
     print(f"{name:<16}: {root}/{name}  (Delta version {table.version()}, {table.to_pyarrow_dataset().count_rows()} rows)")
-print(f"{'models':<16}: {root}/models/(fm|vm_baseline)/LATEST")
+roles = sorted(p.parent.name for p in Path(root, "models").glob("*/LATEST"))
+print(f"{'models':<16}: {root}/models/({'|'.join(roles)})/LATEST")
 print(f"{'snapshot':<16}: {root}/snapshots/" + open(f"{root}/snapshots/LATEST").read().strip())
 print(f"{'airflow':<16}: {airflow_home} (metadata DB airflow.db; UI: scripts/airflow-ui.sh)")
 PY

@@ -9,7 +9,8 @@
 # The one longest in-process test, the CLI run of `solaris evaluate --quick` (three processes, two
 # replays), runs in the background shard too: without it the foreground shard took about twice as
 # long as the Airflow one (58 vs 36 min in the last timed run, c01eae7), so the suite waited on it.
-# Nothing is skipped: the two shards are exactly tests/.
+# Nothing is skipped: the two shards are exactly tests/. Two, not more: with two the cores are already
+# ~85 % busy on average (BENCHMARKS.md, "Test suite").
 #   SOLARIS_TEST_SHARDS=1 make test   runs the suite in one process instead (one log, one summary)
 set -uo pipefail
 cd "$(dirname "$0")/.."

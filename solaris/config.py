@@ -261,8 +261,7 @@ class VerifierConfig(_Strict):
     request_top_k_per_user: int | None = Field(50, ge=1)  # for rule request
     # for rule request: each user's best m pairs are kept below the threshold (and the budget) too.
     # Why: a user all of whose candidates are unlikely requests would get no pair, hence no 24 h
-    # aggregate (tier 3) and no KNN representation from pairs; m pairs per user buy those tiers for
-    # at most m FM passes per candidate user.
+    # aggregate (tier 3); m pairs per user buy that tier for at most m FM passes per candidate user.
     request_min_per_user: int = Field(1, ge=0)
     budget: int | None = Field(None, ge=1)
 

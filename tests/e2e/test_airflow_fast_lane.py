@@ -2,7 +2,7 @@
 
 Why the small world and not MovieLens-100K like the hourly DAGs' e2e test: the fast lane needs an
 hourly cycle first (models, `user_neighbors`, a snapshot); the shared test world has one after a
-single in-process cycle (about two minutes), where the ML-100K replay costs ~18 minutes. The DAG
+single in-process cycle, far cheaper than the ML-100K replay DAG with its model training. The DAG
 then runs for real: the SparkSubmitOperator spark-submits `jobs/fast_lane.py` with the world's
 config (`$SOLARIS_CONFIG`, also read by the DAG's Params at parse time).
 """
