@@ -25,14 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 TEST_DEPLOYMENT = "precompute:\n  speculator: {ticks: 2}\nspark: {shuffle_partitions: 2}\n"
 
 
-def _dags_test(dag_id: str, conf: dict, warehouse: Path) -> dict[str, str]:
+def _deployment_env(tmp_path: Path, warehouse: Path) -> dict[str, str]:
+    """The environment of every DAG run of the test: its warehouse and the deployment YAML, written once."""
+    deployment = tmp_path / "conf" / "solaris.yaml"
+    deployment.parent.mkdir()
+    deployment.write_text(TEST_DEPLOYMENT)
+    return {**os.environ, "SOLARIS_WAREHOUSE": str(warehouse), "SOLARIS_CONFIG": str(deployment),
+            "SOLARIS_HOME": str(ROOT)}
+
+
+def _dags_test(dag_id: str, conf: dict, env: dict[str, str]) -> dict[str, str]:
     """Run `airflow dags test` and return the task states the metadata DB recorded for that run."""
     command = f"source scripts/airflow-env.sh && airflow dags test {dag_id} -c '{json.dumps(conf)}'"
-    deployment = warehouse.parent / "conf" / "solaris.yaml"
-    deployment.parent.mkdir(exist_ok=True)
-    deployment.write_text(TEST_DEPLOYMENT)
-    env = {**os.environ, "SOLARIS_WAREHOUSE": str(warehouse), "SOLARIS_CONFIG": str(deployment),
-           "SOLARIS_HOME": str(ROOT)}
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     db = sqlite3.connect(ROOT / "airflow_home" / "airflow.db")
@@ -46,7 +50,8 @@ def _dags_test(dag_id: str, conf: dict, warehouse: Path) -> dict[str, str]:
 def test_replay_then_precompute_and_enrichment_dags_run_every_task_to_success(tmp_path):
     warehouse = tmp_path / "warehouse"
     conf = {"dataset": "ml-100k", "start": "1998-03-01T00:00:00Z", "end": "1998-03-01T02:00:00Z", "max_epochs": 1}
-    states = _dags_test("solaris_replay", conf, warehouse)
+    env = _deployment_env(tmp_path, warehouse)
+    states = _dags_test("solaris_replay", conf, env)
     assert states == {"ingest": "success", "train_fm": "success", "train_verifier": "success",
                       "train_speculator": "success", "replay": "success", "evaluate_requested": "success",
                       "evaluate": "skipped"}  # evaluate Param defaults to off
@@ -66,8 +71,8 @@ def test_replay_then_precompute_and_enrichment_dags_run_every_task_to_success(tm
 
     # the next hour through the two scheduled DAGs (as a manual trigger with the as_of Param)
     as_of = {"as_of": "1998-03-01T02:00:00Z"}
-    assert set(_dags_test("solaris_precompute", as_of, warehouse).values()) == {"success"}
-    states = _dags_test("solaris_enrichment", as_of, warehouse)
+    assert set(_dags_test("solaris_precompute", as_of, env).values()) == {"success"}
+    states = _dags_test("solaris_enrichment", as_of, env)
     assert states == {"user_aggregates": "success", "knn": "success", "impute": "success", "item_aggregates": "success",
                       "publish": "success"}
     latest = (warehouse / "snapshots" / "LATEST").read_text().strip()
