@@ -5,8 +5,9 @@ set-up) against a temporary warehouse, then checks the Airflow metadata DB and t
 
 The deployment's config is the packaged default plus a YAML that only sizes the run for a test
 (selected with ``$SOLARIS_CONFIG`` as a deployment would; ``$SOLARIS_HOME`` anchors its relative
-paths at the checkout): the speculator learns from 2 past ticks instead of 8 and shuffles use 2
-partitions, as every other test's Spark does. Every task and code path of the defaults still runs.
+paths at the checkout): the speculator learns from 2 past ticks instead of 8, shuffles use 2
+partitions and the FM has the small dimensions (16-d, history 8) of ``tests.world.SMALL``, as every
+other test's Spark and models do. Every task and code path of the defaults still runs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-TEST_DEPLOYMENT = "precompute:\n  speculator: {ticks: 2}\nspark: {shuffle_partitions: 2}\n"
+TEST_DEPLOYMENT = """\
+model:
+  embedding_dim: 16
+  history_length: 8
+  fm: {id_buckets: 1024, d_model: 16, tower: [32]}
+precompute:
+  speculator: {ticks: 2}
+spark: {shuffle_partitions: 2}
+"""
 
 
 def _deployment_env(tmp_path: Path, warehouse: Path) -> dict[str, str]:
