@@ -47,6 +47,10 @@ NEW_SPECULATION = (
     "precompute.verifier.request_top_k_per_user=50",
     "precompute.verifier.request_min_per_user=1",
 )
+# Today's written set takes the baseline's top 50 candidates per user into the FM (the candidates stage's
+# per-user cap when the 48-tick runs of BENCHMARKS.md measured it); pinned, so that a --set of
+# precompute.candidates.per_user for the new speculation does not move the baseline.
+TODAY_CANDIDATES_PER_USER = 50
 STRATA = ("none", "1-20", ">20")
 NEW, TODAY = "written (new)", "written (today)"
 
@@ -101,7 +105,7 @@ def ranked_sets(spark, config, tick, baseline_weights, phases, sweep=()):
     from solaris.precompute.spark_features import candidate_features
     from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
-    pre, rules = config.precompute, config.precompute.candidates
+    pre = config.precompute
     held = []
 
     def eager(frame, phase, cache=False):
@@ -145,7 +149,7 @@ def ranked_sets(spark, config, tick, baseline_weights, phases, sweep=()):
                                     .withColumn("set", F.lit(swept(threshold))))
 
     # today's written set: top per_user baseline candidates -> FM + relevance verifier -> threshold, top-k
-    today_candidates = baseline.where(F.col("rank") <= rules.per_user).select("user_id", "item_id")
+    today_candidates = baseline.where(F.col("rank") <= TODAY_CANDIDATES_PER_USER).select("user_id", "item_id")
     spec = ScoringSpec(
         fm_checkpoint=str(resolve_checkpoint(config.resolve_under_warehouse(pre.fm_checkpoint))),
         verifier_checkpoint=str(resolve_checkpoint(config.resolve_under_warehouse(pre.verifier_checkpoint))),
