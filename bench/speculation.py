@@ -8,10 +8,11 @@ ticks chosen by the data (the ``--per-day`` hours with the most distinct request
    tick (from ticks before it only) unless ``--no-train``; the checkpoint goes to the warehouse.
 2. At each tick ``t`` the views of ``sql/candidates.sql`` are built from events ``<= t``; ranked pair
    sets are read from them: every source alone (its own per-user ranking), the blend, today's rules
-   (cooc + trending + recent with the hand weights: the baseline), the new written set (request
-   verifier before the FM, threshold + top-k per user; again at each ``--request-thresholds`` value)
-   and today's written set (the baseline's top ``per_user`` candidates scored by the FM + relevance
-   verifier UDF, threshold + top-k).
+   (cooc + trending + recent with the hand weights: the baseline), the new written set (the request
+   verifier on each user's best ``candidates.per_user`` pairs by the blend, before the FM, as the
+   pipeline does: threshold + top-k per user; again at each ``--request-thresholds`` value) and
+   today's written set (the baseline's top 50 candidates per user scored by the FM + relevance
+   verifier UDF, threshold 0.5 + top 20).
 3. Requests are the events in ``(t, t + horizon]``, stratified by the requester's event count at
    ``t`` (none / 1-20 / > 20). Hit rate at budget B = share of requests whose pair is within the
    user's first B pairs of a set. Precision = share of written pairs requested in ``(t, t + ttl]``.
@@ -43,8 +44,9 @@ NEW_SPECULATION = (
     "precompute.candidates.sources=[cooc, trending, recent, next, popular]",
     "precompute.candidates.blend=learned",
     "precompute.verifier.rule=request",
-    "precompute.verifier.request_threshold=0.002",
-    "precompute.verifier.request_top_k_per_user=50",
+    "precompute.candidates.per_user=200",
+    "precompute.verifier.request_threshold=0.02",
+    "precompute.verifier.request_top_k_per_user=200",
     "precompute.verifier.request_min_per_user=1",
 )
 # Today's written set takes the baseline's top 50 candidates per user into the FM (the candidates stage's
@@ -55,13 +57,23 @@ STRATA = ("none", "1-20", ">20")
 NEW, TODAY = "written (new)", "written (today)"
 
 
-def swept(threshold: float) -> str:
-    """Name of the written set of the request verifier at another threshold (same top-k per user)."""
-    return f"written p>={threshold:g}"
+def swept(threshold: float, top_k: int | None = None) -> str:
+    """Name of the written set of the request verifier at another threshold (and top-k per user)."""
+    return f"written p>={threshold:g}" + ("" if top_k is None else f" k{top_k}")
 
 
-def written_sets(sweep: tuple[float, ...]) -> tuple[str, ...]:
-    return (NEW, *(swept(t) for t in sweep), TODAY)
+def parse_sweep(text: str) -> tuple[tuple[float, int | None], ...]:
+    """``--request-thresholds``: comma-separated ``p`` (the configured top-k per user) or ``p:k``."""
+    entries = []
+    for part in (p.strip() for p in text.split(",")):
+        if part:
+            threshold, _, top_k = part.partition(":")
+            entries.append((float(threshold), int(top_k) if top_k else None))
+    return tuple(entries)
+
+
+def written_sets(sweep: tuple[tuple[float, int | None], ...]) -> tuple[str, ...]:
+    return (NEW, *(swept(t, k) for t, k in sweep), TODAY)
 
 
 def per_user_columns(written: tuple[str, ...]) -> tuple[str, ...]:
@@ -79,9 +91,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-day", type=int, default=8, help="busiest hours per day")
     parser.add_argument("--no-train", action="store_true", help="use the warehouse's speculator checkpoint as is")
     parser.add_argument("--set", action="append", default=[], help="config override key=value")
-    parser.add_argument("--request-thresholds", default="0.05,0.02,0.01,0.005",
-                        help="more thresholds of the request verifier to write at (comma-separated; '' for none): "
-                             "the trade of FM passes against hits")
+    parser.add_argument("--request-thresholds", default="0.05,0.01,0.005,0.002:50",
+                        help="more thresholds of the request verifier to write at, each p or p:top-k per user "
+                             "(comma-separated; '' for none): the trade of FM passes against hits")
     return parser.parse_args(argv)
 
 
@@ -135,18 +147,25 @@ def ranked_sets(spark, config, tick, baseline_weights, phases, sweep=()):
     baseline_pool = pairs.where(sum(F.col(f"score_{s}") for s in baseline_weights) > 0).withColumn("hand", hand)
     baseline = ranked(baseline_pool, "today's rules", "hand")
     blend = ranked(pairs, "blend", "spec_score")
+    # what the candidates stage hands the verifier: each user's best per_user pairs by the blend
+    by_blend = Window.partitionBy("user_id").orderBy(F.col("spec_score").desc(), F.col("item_id"))
+    requestable = (pairs.where(F.col("request_score").isNotNull())
+                   .withColumn("_blend_rank", F.row_number().over(by_blend))
+                   .where(F.col("_blend_rank") <= pre.candidates.per_user).drop("_blend_rank"))
     started = time.perf_counter()
-    new_written, _, _ = _verify(pairs.where(F.col("request_score").isNotNull()), "request_score", pre.verifier)
+    new_written, _, _ = _verify(requestable, "request_score", pre.verifier)
     phases["verify (new)"] += time.perf_counter() - started
     new_written = eager(new_written, "verify (new)")
     written_new = ranked(new_written, NEW, "request_score")
     passes = new_written.groupBy("user_id").agg(F.count("*").alias("passes")).withColumn("set", F.lit(NEW))
-    for threshold in sweep:
-        rule = pre.verifier.model_copy(update={"rule": "request", "request_threshold": threshold})
-        kept = eager(_verify(pairs.where(F.col("request_score").isNotNull()), "request_score", rule)[0], "verify (new)")
-        written_new = written_new.unionByName(ranked(kept, swept(threshold), "request_score"))
+    for threshold, top_k in sweep:
+        update = {"rule": "request", "request_threshold": threshold}
+        if top_k is not None:
+            update["request_top_k_per_user"] = top_k
+        kept = eager(_verify(requestable, "request_score", pre.verifier.model_copy(update=update))[0], "verify (new)")
+        written_new = written_new.unionByName(ranked(kept, swept(threshold, top_k), "request_score"))
         passes = passes.unionByName(kept.groupBy("user_id").agg(F.count("*").alias("passes"))
-                                    .withColumn("set", F.lit(swept(threshold))))
+                                    .withColumn("set", F.lit(swept(threshold, top_k))))
 
     # today's written set: top per_user baseline candidates -> FM + relevance verifier -> threshold, top-k
     today_candidates = baseline.where(F.col("rank") <= TODAY_CANDIDATES_PER_USER).select("user_id", "item_id")
@@ -255,11 +274,11 @@ def report(n_ticks, requests, requesters, hits, written, per_user, ceiling=None,
     print(f"\nrequests in (t, t+1h] over {n_ticks} ticks: " + ", ".join(
         f"{s}: {requests[s]} ({requesters[s]} requester-ticks)" for s in STRATA))
     names = sorted({key[0] for key in hits}, key=lambda n: (n.startswith("written"), n != "today's rules", n))
-    header = f"{'set':<16} {'stratum':<8} " + " ".join(f"{'@' + str(b):>7}" for b in BUDGETS)
+    header = f"{'set':<21} {'stratum':<8} " + " ".join(f"{'@' + str(b):>7}" for b in BUDGETS)
     print("\nhit rate (share of requests whose pair is among the user's first B pairs of the set)")
     print(header)
     if ceiling and n_prior:
-        print(f"{'(any set)':<16} {'>=1':<8} " + " ".join(f"{100 * ceiling[b] / n_prior:6.1f}%"
+        print(f"{'(any set)':<21} {'>=1':<8} " + " ".join(f"{100 * ceiling[b] / n_prior:6.1f}%"
                                                        for b in BUDGETS) + "  <- the most B pairs per user can hit")
     for name in names:
         for stratum in (*STRATA, ">=1"):
@@ -268,10 +287,10 @@ def report(n_ticks, requests, requesters, hits, written, per_user, ceiling=None,
             if not denominator:
                 continue
             cells = [sum(hits[(name, s, b)] for s in members) / denominator for b in BUDGETS]
-            print(f"{name:<16} {stratum:<8} " + " ".join(f"{100 * c:6.1f}%" for c in cells))
+            print(f"{name:<21} {stratum:<8} " + " ".join(f"{100 * c:6.1f}%" for c in cells))
     print("\nwritten sets (new: request verifier at the configured threshold, request_top_k_per_user; "
-          "p>=x: the same at threshold x; today: relevance >= 0.5, top 20)")
-    print(f"{'set':<16} {'pairs':>8} {'per user':>9} {'hit >=1':>8} {'precision':>10} {'FM passes':>10} "
+          "p>=x [kK]: the same at threshold x [and top-k K]; today: relevance >= 0.5, top 20)")
+    print(f"{'set':<21} {'pairs':>8} {'per user':>9} {'hit >=1':>8} {'precision':>10} {'FM passes':>10} "
           f"{'passes/hit':>11}")
     summary = {}
     columns = per_user_columns(written_names)
@@ -282,7 +301,7 @@ def report(n_ticks, requests, requesters, hits, written, per_user, ceiling=None,
         hit = sum(hits[(name, s, BUDGETS[-1])] for s in prior)
         per_hit = passes[name] / hit if hit else float("inf")
         summary[name] = (hit / n_prior if n_prior else 0.0, per_hit)
-        print(f"{name:<16} {pairs:>8} {pairs / max(users, 1):>9.1f} {100 * hit / max(n_prior, 1):>7.1f}% "
+        print(f"{name:<21} {pairs:>8} {pairs / max(users, 1):>9.1f} {100 * hit / max(n_prior, 1):>7.1f}% "
               f"{100 * asked / max(pairs, 1):>9.1f}% {passes[name]:>10} {per_hit:>11.1f}")
     (new_hit, new_cost), (old_hit, old_cost) = summary[NEW], summary[TODAY]
     print(f"\nacceptance: written hit rate (>=1 prior event) {100 * new_hit:.1f}% (target >= 25%), "
@@ -337,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     requesters: dict[str, int] = defaultdict(int)
     hits: dict[tuple[str, str, int], int] = defaultdict(int)
     written: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    sweep = tuple(float(t) for t in args.request_thresholds.split(",") if t.strip())
+    sweep = parse_sweep(args.request_thresholds)
     names = written_sets(sweep)
     per_user: dict[int, list[int]] = defaultdict(lambda: [0] * len(per_user_columns(names)))
     phases: dict[str, float] = defaultdict(float)

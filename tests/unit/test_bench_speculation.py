@@ -32,7 +32,11 @@ def test_acceptance_intervals_are_the_pooled_ratios(speculation):
 
 
 def test_a_threshold_sweep_adds_one_hits_and_one_passes_column_per_set(speculation):
-    names = speculation.written_sets((0.01,))
+    assert speculation.parse_sweep("0.01, 0.002:50,") == ((0.01, None), (0.002, 50))
+    assert speculation.parse_sweep("") == ()
+    assert speculation.written_sets(speculation.parse_sweep("0.002:50")) == (
+        "written (new)", "written p>=0.002 k50", "written (today)")
+    names = speculation.written_sets(((0.01, None),))
     assert names == ("written (new)", "written p>=0.01", "written (today)")
     columns = speculation.per_user_columns(names)
     assert columns[0] == "requests" and len(columns) == 1 + 2 * len(names)
