@@ -91,7 +91,7 @@ def test_default_speculation_writes_only_pairs_the_request_model_keeps(spark, wo
 
 @pytest.mark.slow
 def test_without_a_speculator_the_defaults_fall_back_to_the_relevance_rule(spark, world_template, tmp_path):
-    # a relevance top-k below the world's 20 candidates per user (the request rule's is 50): it must bind
+    # a relevance top-k below the world's 20 candidates per user (the request rule's is 200): it must bind
     config = copy_world(world_template, tmp_path / "warehouse", *DEFAULT_SPECULATION,
                         "precompute.verifier.top_k_per_user=5")
     rule = config.precompute.verifier
