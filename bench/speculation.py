@@ -148,10 +148,11 @@ def ranked_sets(spark, config, tick, baseline_weights, phases, sweep=()):
     baseline = ranked(baseline_pool, "today's rules", "hand")
     blend = ranked(pairs, "blend", "spec_score")
     # what the candidates stage hands the verifier: each user's best per_user pairs by the blend
+    # (computed once: every written set below verifies it)
     by_blend = Window.partitionBy("user_id").orderBy(F.col("spec_score").desc(), F.col("item_id"))
-    requestable = (pairs.where(F.col("request_score").isNotNull())
-                   .withColumn("_blend_rank", F.row_number().over(by_blend))
-                   .where(F.col("_blend_rank") <= pre.candidates.per_user).drop("_blend_rank"))
+    requestable = eager(pairs.where(F.col("request_score").isNotNull())
+                        .withColumn("_blend_rank", F.row_number().over(by_blend))
+                        .where(F.col("_blend_rank") <= pre.candidates.per_user).drop("_blend_rank"), "verify (new)")
     started = time.perf_counter()
     new_written, _, _ = _verify(requestable, "request_score", pre.verifier)
     phases["verify (new)"] += time.perf_counter() - started
