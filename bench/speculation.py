@@ -9,8 +9,9 @@ ticks chosen by the data (the ``--per-day`` hours with the most distinct request
 2. At each tick ``t`` the views of ``sql/candidates.sql`` are built from events ``<= t``; ranked pair
    sets are read from them: every source alone (its own per-user ranking), the blend, today's rules
    (cooc + trending + recent with the hand weights: the baseline), the new written set (the request
-   verifier on each user's best ``candidates.per_user`` pairs by the blend, before the FM, as the
-   pipeline does: threshold + top-k per user; again at each ``--request-thresholds`` value) and
+   verifier on the candidates stage's output - each user's best ``candidates.per_user`` pairs by the
+   blend, within the global budget - before the FM, as the pipeline does: threshold + top-k per user
+   + budget per active user; again at each ``--sweep`` entry) and
    today's written set (the baseline's top 50 candidates per user scored by the FM + relevance
    verifier UDF, threshold 0.5 + top 20).
 3. Requests are the events in ``(t, t + horizon]``, stratified by the requester's event count at
@@ -32,6 +33,7 @@ import argparse
 import time
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
 
 BUDGETS = (10, 20, 50, 100, 200)
 # The speculation under test: the config's defaults since this benchmark measured them, pinned here so
@@ -45,7 +47,8 @@ NEW_SPECULATION = (
     "precompute.candidates.blend=learned",
     "precompute.verifier.rule=request",
     "precompute.candidates.per_user=200",
-    "precompute.verifier.request_threshold=0.02",
+    "precompute.verifier.request_threshold=0.001",
+    "precompute.verifier.request_budget_per_active_user=20",
     "precompute.verifier.request_top_k_per_user=200",
     "precompute.verifier.request_min_per_user=1",
 )
@@ -57,23 +60,42 @@ STRATA = ("none", "1-20", ">20")
 NEW, TODAY = "written (new)", "written (today)"
 
 
-def swept(threshold: float, top_k: int | None = None) -> str:
-    """Name of the written set of the request verifier at another threshold (and top-k per user)."""
-    return f"written p>={threshold:g}" + ("" if top_k is None else f" k{top_k}")
+class SweepEntry(NamedTuple):
+    """One more written set of the request verifier: its threshold (None: the configured one), top-k
+    per user (None: the configured one) and budget per active user (None: none)."""
+
+    threshold: float | None = None
+    top_k: int | None = None
+    per_active_user: float | None = None
+
+    def name(self) -> str:
+        if self.per_active_user is not None:
+            return f"written b{self.per_active_user:g}"
+        return f"written p>={self.threshold:g}" + ("" if self.top_k is None else f" k{self.top_k}")
+
+    def update(self) -> dict:
+        """The verifier settings this entry changes (a threshold entry has no budget per user)."""
+        if self.per_active_user is not None:
+            return {"rule": "request", "request_budget_per_active_user": self.per_active_user}
+        update = {"rule": "request", "request_threshold": self.threshold, "request_budget_per_active_user": None}
+        return update if self.top_k is None else {**update, "request_top_k_per_user": self.top_k}
 
 
-def parse_sweep(text: str) -> tuple[tuple[float, int | None], ...]:
-    """``--request-thresholds``: comma-separated ``p`` (the configured top-k per user) or ``p:k``."""
+def parse_sweep(text: str) -> tuple[SweepEntry, ...]:
+    """``--sweep``: comma-separated ``p`` (threshold p, the configured top-k per user, no budget per
+    user), ``p:k`` (and top-k k) or ``bN`` (the configured threshold, budget N per active user)."""
     entries = []
     for part in (p.strip() for p in text.split(",")):
-        if part:
+        if part.startswith("b"):
+            entries.append(SweepEntry(per_active_user=float(part[1:])))
+        elif part:
             threshold, _, top_k = part.partition(":")
-            entries.append((float(threshold), int(top_k) if top_k else None))
+            entries.append(SweepEntry(float(threshold), int(top_k) if top_k else None))
     return tuple(entries)
 
 
-def written_sets(sweep: tuple[tuple[float, int | None], ...]) -> tuple[str, ...]:
-    return (NEW, *(swept(t, k) for t, k in sweep), TODAY)
+def written_sets(sweep: tuple[SweepEntry, ...]) -> tuple[str, ...]:
+    return (NEW, *(entry.name() for entry in sweep), TODAY)
 
 
 def per_user_columns(written: tuple[str, ...]) -> tuple[str, ...]:
@@ -91,13 +113,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-day", type=int, default=8, help="busiest hours per day")
     parser.add_argument("--no-train", action="store_true", help="use the warehouse's speculator checkpoint as is")
     parser.add_argument("--set", action="append", default=[], help="config override key=value")
-    parser.add_argument("--request-thresholds", default="0.05,0.01,0.005,0.002:50",
-                        help="more thresholds of the request verifier to write at, each p or p:top-k per user "
-                             "(comma-separated; '' for none): the trade of FM passes against hits")
+    parser.add_argument("--sweep", default="b10,b50,0.02,0.005",
+                        help="more written sets of the request verifier, comma-separated ('' for none): p "
+                             "(threshold p, no budget per user), p:k (and top-k k per user) or bN (budget N per "
+                             "active user): the trade of FM passes against hits")
     return parser.parse_args(argv)
 
 
-def ranked_sets(spark, config, tick, baseline_weights, phases, sweep=()):
+def ranked_sets(spark, config, tick, final, baseline_weights, phases, sweep=()):
     """(set, user_id, item_id, rank) of every pair set measured at ``tick`` (views already built),
     the FM passes of each written set per user (user_id, passes, set), and the frames to drop at the
     tick's end.
@@ -147,26 +170,22 @@ def ranked_sets(spark, config, tick, baseline_weights, phases, sweep=()):
     baseline_pool = pairs.where(sum(F.col(f"score_{s}") for s in baseline_weights) > 0).withColumn("hand", hand)
     baseline = ranked(baseline_pool, "today's rules", "hand")
     blend = ranked(pairs, "blend", "spec_score")
-    # what the candidates stage hands the verifier: each user's best per_user pairs by the blend
-    # (computed once: every written set below verifies it)
-    by_blend = Window.partitionBy("user_id").orderBy(F.col("spec_score").desc(), F.col("item_id"))
-    requestable = eager(pairs.where(F.col("request_score").isNotNull())
-                        .withColumn("_blend_rank", F.row_number().over(by_blend))
-                        .where(F.col("_blend_rank") <= pre.candidates.per_user).drop("_blend_rank"), "verify (new)")
+    # what the candidates stage hands the verifier: sql/candidates.sql's final statement (each user's
+    # best per_user pairs by the blend, within the global budget); computed once, every written set
+    # below verifies it
+    requestable = eager(spark.sql(final).where(F.col("request_score").isNotNull()).drop("user_rank"), "verify (new)")
     started = time.perf_counter()
-    new_written, _, _ = _verify(requestable, "request_score", pre.verifier)
+    new_written = _verify(requestable, "request_score", pre.verifier).kept
     phases["verify (new)"] += time.perf_counter() - started
     new_written = eager(new_written, "verify (new)")
     written_new = ranked(new_written, NEW, "request_score")
     passes = new_written.groupBy("user_id").agg(F.count("*").alias("passes")).withColumn("set", F.lit(NEW))
-    for threshold, top_k in sweep:
-        update = {"rule": "request", "request_threshold": threshold}
-        if top_k is not None:
-            update["request_top_k_per_user"] = top_k
-        kept = eager(_verify(requestable, "request_score", pre.verifier.model_copy(update=update))[0], "verify (new)")
-        written_new = written_new.unionByName(ranked(kept, swept(threshold, top_k), "request_score"))
+    for entry in sweep:
+        rule = pre.verifier.model_copy(update=entry.update())
+        kept = eager(_verify(requestable, "request_score", rule).kept, "verify (new)")
+        written_new = written_new.unionByName(ranked(kept, entry.name(), "request_score"))
         passes = passes.unionByName(kept.groupBy("user_id").agg(F.count("*").alias("passes"))
-                                    .withColumn("set", F.lit(swept(threshold, top_k))))
+                                    .withColumn("set", F.lit(entry.name())))
 
     # today's written set: top per_user baseline candidates -> FM + relevance verifier -> threshold, top-k
     today_candidates = baseline.where(F.col("rank") <= TODAY_CANDIDATES_PER_USER).select("user_id", "item_id")
@@ -180,7 +199,7 @@ def ranked_sets(spark, config, tick, baseline_weights, phases, sweep=()):
                    "FM (today)")
     relevance = VerifierConfig(rule="relevance", threshold=0.5, top_k_per_user=20)
     started = time.perf_counter()
-    today_written, _, _ = _verify(scored, "verifier_score", relevance)
+    today_written = _verify(scored, "verifier_score", relevance).kept
     phases["verify (today)"] += time.perf_counter() - started
     written_today = ranked(today_written, TODAY, "verifier_score")
     sets = eager(parts.unionByName(baseline).unionByName(blend).unionByName(written_new).unionByName(written_today),
@@ -289,8 +308,9 @@ def report(n_ticks, requests, requesters, hits, written, per_user, ceiling=None,
                 continue
             cells = [sum(hits[(name, s, b)] for s in members) / denominator for b in BUDGETS]
             print(f"{name:<21} {stratum:<8} " + " ".join(f"{100 * c:6.1f}%" for c in cells))
-    print("\nwritten sets (new: request verifier at the configured threshold, request_top_k_per_user; "
-          "p>=x [kK]: the same at threshold x [and top-k K]; today: relevance >= 0.5, top 20)")
+    print("\nwritten sets (new: request verifier at the configured threshold, top-k and budget per active user; "
+          "p>=x [kK]: the same at threshold x [and top-k K] without a budget; bN: budget N per active user; "
+          "today: relevance >= 0.5, top 20)")
     print(f"{'set':<21} {'pairs':>8} {'per user':>9} {'hit >=1':>8} {'precision':>10} {'FM passes':>10} "
           f"{'passes/hit':>11}")
     summary = {}
@@ -357,7 +377,7 @@ def main(argv: list[str] | None = None) -> None:
     requesters: dict[str, int] = defaultdict(int)
     hits: dict[tuple[str, str, int], int] = defaultdict(int)
     written: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    sweep = parse_sweep(args.request_thresholds)
+    sweep = parse_sweep(args.sweep)
     names = written_sets(sweep)
     per_user: dict[int, list[int]] = defaultdict(lambda: [0] * len(per_user_columns(names)))
     phases: dict[str, float] = defaultdict(float)
@@ -366,9 +386,9 @@ def main(argv: list[str] | None = None) -> None:
     for number, tick in enumerate(ticks):
         tick_started = time.perf_counter()
         with tick_events(spark, config, tick):
-            prepare_views(spark, config, tick, speculator)
+            final = prepare_views(spark, config, tick, speculator)
             phases["views"] += time.perf_counter() - tick_started
-            sets, fm_passes, cached = ranked_sets(spark, config, tick, baseline_weights, phases, sweep)
+            sets, fm_passes, cached = ranked_sets(spark, config, tick, final, baseline_weights, phases, sweep)
             started = time.perf_counter()
             per_stratum, tick_hits, sizes, tick_users = measure_tick(spark, config, tick, sets, fm_passes, names)
             phases["measure"] += time.perf_counter() - started

@@ -34,7 +34,8 @@ PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")
 CONFIG = ConfigParams(ttl_hours="precompute.ttl_hours", candidate_budget="precompute.candidates.budget",
                       verifier_threshold="precompute.verifier.threshold",
                       request_threshold="precompute.verifier.request_threshold",
-                      request_min_per_user="precompute.verifier.request_min_per_user")
+                      request_min_per_user="precompute.verifier.request_min_per_user",
+                      request_budget_per_active_user="precompute.verifier.request_budget_per_active_user")
 
 with DAG(
     dag_id="solaris_precompute",
@@ -55,6 +56,10 @@ with DAG(
         "request_threshold": CONFIG.param(Param, "request_threshold",
                                           "request rule (default): keep pairs with P(requested within the TTL) >= this",
                                           type=["null", "number"], minimum=0, maximum=1),
+        "request_budget_per_active_user": CONFIG.param(Param, "request_budget_per_active_user",
+                                               "written pairs per user with candidates, on average (the threshold "
+                                               "is raised to fit; empty = no such budget)",
+                                               type=["null", "number"], exclusiveMinimum=0),
         "request_min_per_user": CONFIG.param(Param, "request_min_per_user",
                                              "request rule: each user's best m pairs are kept below the threshold "
                                              "too (tier 3 for every candidate user)", type="integer", minimum=0),

@@ -27,7 +27,7 @@ import argparse
 import logging
 import sys
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from solaris.runtime import JobInputError, job_parser, run_stage
 
@@ -60,6 +60,7 @@ class ScoreResult:
     rule: str = "relevance"  # precompute.verifier.rule in effect (request falls back without request scores)
     scored: int = 0  # FM passes: every candidate under relevance, only the verified ones under request
     min_per_user: int = 0  # the rule's per-user floor in effect (pairs kept per user whatever their score)
+    budget: int | None = None  # pairs the threshold could keep beyond the floor (global budget; None: none)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,12 +103,12 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
                     "as-of: `solaris train-speculator`); verifier rule relevance instead", run_id)
         verifier = verifier.model_copy(update={"rule": "relevance"})
     rule = verifier.rule
-    request_verified: tuple[DataFrame, float, int] | None = None
+    request_verified: Verified | None = None
     if rule == "request":
         # Verify before the FM: a pair unlikely to be requested within the TTL costs no FM pass.
         request_verified = _verify(candidates.where(F.col("request_score").isNotNull()), "request_score",
                                    verifier)
-        candidates = request_verified[0]
+        candidates = request_verified.kept
     spec = ScoringSpec(
         fm_checkpoint=str(fm_dir), verifier_checkpoint=str(verifier_dir), embedding_dim=config.model.embedding_dim,
         history_length=config.model.history_length, request_ts=int(as_of.timestamp()),
@@ -129,10 +130,12 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     try:
         if request_verified is not None:
             # verified before scoring; the written verifier_score is P(requested within the TTL)
-            _, threshold, n_candidates = request_verified
+            verification = request_verified
             verified = scored.withColumn("verifier_score", F.col("request_score").cast("float")).drop("request_score")
         else:
-            verified, threshold, n_candidates = _verify(scored, "verifier_score", verifier)
+            verification = _verify(scored, "verifier_score", verifier)
+            verified = verification.kept
+        threshold, n_candidates = verification.threshold, verification.rows
         n_scored = scored.count()
         computed_at = F.lit(as_of).cast("timestamp")
         expires_at = computed_at + F.expr(f"make_dt_interval(0, 0, 0, {float(pre.ttl_hours) * 3600.0})")
@@ -176,6 +179,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             rule=rule,
             scored=n_scored,
             min_per_user=verifier.active_min_per_user(),
+            budget=verification.budget,
         )
         record.details = asdict(result)
         record.write(spark, config, "success")
@@ -193,55 +197,102 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         scored.unpersist()
 
 
-def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> tuple[DataFrame, float, int]:
-    """The verifier rule on ``column``: effective threshold (absolute, raised by the global budget),
-    then the rule's top-k per user, plus its per-user floor (the user's best pairs whatever their
-    score); users' pairs ranked by score, ties by item id. The rule in numpy, with its edge cases
-    unit-tested: :func:`solaris.precompute.speculation.verify_mask`. Returns (kept rows, threshold,
-    input rows)."""
+class Verified(NamedTuple):
+    """What the verifier rule kept, and the figures ``runs`` records about it."""
+
+    kept: DataFrame
+    threshold: float  # effective threshold (inf: nothing passes it; the per-user floor is kept anyway)
+    rows: int  # input rows
+    budget: int | None  # pairs the threshold could keep on top of the floor (None: no global budget)
+
+
+def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> Verified:
+    """The verifier rule on ``column``: each user's pairs ranked by score (ties by item id); the
+    rule's per-user floor kept whatever its score; the other pairs within the per-user top-k kept at
+    or above the effective threshold (absolute, raised so that the global budget holds). The rule in
+    numpy, with its edge cases unit-tested: :func:`solaris.precompute.speculation.verify_mask`.
+
+    Non-finite scores are left out of the threshold's inputs but not dropped here: a NaN compares
+    above every threshold in Spark, so such rows reach the score stage's quarantine, as they should.
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from solaris.precompute.speculation import effective_threshold
+    from solaris.precompute.speculation import effective_threshold, written_budget
 
-    n_rows, scores = _threshold_inputs(frame, rule, column)
-    threshold = effective_threshold(scores, rule)
-    passing = F.col(column) >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False)
+    score, rank = F.col(column), F.col("_rank")
     top_k, floor = rule.active_top_k(), rule.active_min_per_user()
-    if top_k is None and floor == 0:
-        return frame.where(passing), threshold, n_rows
-    window = Window.partitionBy("user_id").orderBy(F.col(column).desc(), F.col("item_id"))
-    rank = F.col("_rank")
-    keep = passing if top_k is None else passing & (rank <= top_k)
-    if floor > 0:
-        keep = keep | (rank <= floor)
-    kept = frame.withColumn("_rank", F.row_number().over(window)).where(keep).drop("_rank")
-    return kept, threshold, n_rows
-
-
-def _threshold_inputs(scored: DataFrame, rule: VerifierConfig,
-                      column: str = "verifier_score") -> tuple[int, list[float]]:
-    """Candidate count and the few verifier scores the threshold rule depends on, in one Spark job.
-
-    The driver never collects every score (that grows with the data): the rule only needs the
-    top ``budget + 1`` passing scores when a global budget is set, else the lowest passing score:
-    the Spark form of :func:`solaris.precompute.speculation.threshold_inputs`, whose unit test shows the
-    threshold from that subset equals the threshold from all scores.
-    """
-    from pyspark.sql import functions as F
-
-    score = F.col(column)
-    if "quarantine_reason" in scored.columns:
+    window = Window.partitionBy("user_id").orderBy(score.desc(), F.col("item_id"))
+    ranked = frame.withColumn("_rank", F.row_number().over(window))
+    in_floor = rank <= floor
+    decided = ~in_floor if top_k is None else ~in_floor & (rank <= top_k)  # what the threshold decides on
+    if "quarantine_reason" in frame.columns:
         finite = F.col("quarantine_reason").isNull() | (F.col("quarantine_reason") != "non-finite verifier_score")
     else:
         finite = ~F.isnan(score)
     active = rule.active_threshold()
-    passing = finite & (score >= F.lit(float(active))) if active is not None else finite
-    if rule.budget is None:
-        row = scored.agg(F.count("*").alias("n"), F.min(F.when(passing, score)).alias("lowest")).collect()[0]
-        return int(row["n"]), [] if row["lowest"] is None else [float(row["lowest"])]
-    top = scored.where(passing).orderBy(score.desc()).limit(rule.budget + 1).select(column).collect()
-    return scored.count(), [float(row[0]) for row in top]
+    eligible = decided & finite & (score >= F.lit(float(active)) if active is not None else decided & finite)
+    stats = ranked.agg(
+        F.count("*").alias("rows"), F.countDistinct("user_id").alias("users"),
+        F.count_if(in_floor).alias("floor"), F.count_if(eligible).alias("eligible"),
+        F.min(F.when(eligible, score)).alias("lowest"), F.max(F.when(eligible, score)).alias("highest"),
+    ).collect()[0]
+    budget = written_budget(rule, int(stats["users"]), int(stats["floor"]))
+    n_eligible = int(stats["eligible"])
+    if n_eligible == 0 or budget == 0:
+        threshold = float("inf")
+    elif budget is None or n_eligible <= budget:
+        # the numpy rule on these inputs: every eligible score passes
+        threshold = effective_threshold([float(stats["lowest"])], active, None)
+    else:
+        candidates = ranked.where(eligible)
+        boundary = _kth_largest(candidates, column, budget + 1, n_eligible, float(stats["lowest"]),
+                                float(stats["highest"]))
+        above = candidates.where(score > F.lit(boundary)).agg(F.min(score)).collect()[0][0]
+        threshold = float("inf") if above is None else float(above)
+    passing = score >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False)
+    kept = ranked.where(in_floor | (decided & passing)).drop("_rank")
+    return Verified(kept, threshold, int(stats["rows"]), budget)
+
+
+# Buckets of one histogram step of _kth_largest, and the size of a bucket whose distinct values are
+# collected. Both bound what the driver holds, whatever the number of scores.
+HISTOGRAM_BUCKETS = 65_536
+COLLECT_BELOW = 65_536
+
+
+def _kth_largest(frame: DataFrame, column: str, k: int, n: int, low: float, high: float,
+                 buckets: int = HISTOGRAM_BUCKETS, collect_below: int = COLLECT_BELOW) -> float:
+    """The ``k``-th largest of ``column`` (``n`` values in ``[low, high]``), exactly, without
+    collecting the values above it (that would grow with the budget, hence with the data).
+
+    Each step counts the values per bucket of equal width over ``[low, high]`` (one Spark job, at
+    most ``buckets`` rows to the driver) and narrows to the bucket holding the k-th value
+    (:func:`solaris.precompute.speculation.locate_rank`); once that bucket holds fewer than
+    ``collect_below`` values, its distinct values and their counts are collected. The bucket key is a
+    monotone function of the value (IEEE rounding is monotone), so buckets are ranges in value order,
+    and every step splits its range (its lowest value goes to bucket 0, its highest to the last).
+    """
+    from pyspark.sql import functions as F
+
+    from solaris.precompute.speculation import locate_rank
+
+    score = F.col(column)
+    while low < high:
+        within = frame.where(score.between(F.lit(low), F.lit(high)))
+        if n < collect_below:
+            values = within.groupBy(score.alias("value")).agg(F.count("*").alias("n")).collect()
+            value, _ = locate_rank([(float(r["value"]), int(r["n"])) for r in values], k)
+            return float(value)
+        key = F.least(F.floor((score - F.lit(low)) / F.lit(high - low) * F.lit(float(buckets))).cast("long"),
+                      F.lit(buckets - 1))
+        rows = within.groupBy(key.alias("bucket")).agg(
+            F.count("*").alias("n"), F.min(score).alias("low"), F.max(score).alias("high")).collect()
+        by_key = {int(r["bucket"]): r for r in rows}
+        bucket, k = locate_rank([(b, int(r["n"])) for b, r in by_key.items()], k)
+        chosen = by_key[bucket]
+        n, low, high = int(chosen["n"]), float(chosen["low"]), float(chosen["high"])
+    return low
 
 
 def main(argv: list[str] | None = None) -> int:

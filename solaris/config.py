@@ -260,7 +260,8 @@ class VerifierConfig(_Strict):
 
     rule: Literal["request", "relevance"] = "request"
     threshold: float | None = Field(0.5, ge=0, le=1)  # for rule relevance
-    request_threshold: float | None = Field(0.02, ge=0, le=1)  # for rule request
+    # for rule request: a floor; below it a pair is not worth an FM pass whatever the budget leaves.
+    request_threshold: float | None = Field(0.001, ge=0, le=1)
     top_k_per_user: int | None = Field(20, ge=1)  # for rule relevance
     # for rule request. Why 200 and not 50: the threshold, not the cap, should decide how many pairs a
     # user gets: users mid-burst get many, the rest few (BENCHMARKS.md measures the average per active
@@ -271,9 +272,21 @@ class VerifierConfig(_Strict):
     # aggregate (tier 3); m pairs per user buy that tier for at most m FM passes per candidate user.
     request_min_per_user: int = Field(1, ge=0)
     budget: int | None = Field(None, ge=1)
+    # for rule request: a global budget per user with candidates in the run: at most this many written
+    # pairs per such user on average (the floor's pairs included), the threshold raised to the
+    # budget's boundary. Why a
+    # budget rather than a fixed threshold: the request model's calibration drifts between refits, and
+    # a fixed threshold's written set (and its FM cost) drifts with it; a budget spends the same FM
+    # passes each run on the pairs ranked most likely requested, across users. Why 20: the written
+    # volume of the relevance rule (its top 20 per user), so the two rules store as much.
+    request_budget_per_active_user: float | None = Field(20, gt=0)
 
     def active_threshold(self) -> float | None:
         return self.request_threshold if self.rule == "request" else self.threshold
+
+    def active_budget_per_user(self) -> float | None:
+        """The request rule's budget per active user (the relevance rule has none, as before)."""
+        return self.request_budget_per_active_user if self.rule == "request" else None
 
     def active_top_k(self) -> int | None:
         return self.request_top_k_per_user if self.rule == "request" else self.top_k_per_user

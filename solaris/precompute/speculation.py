@@ -6,11 +6,12 @@
 * :class:`LinearModel`, :func:`fit_logistic`, :class:`Speculator`: the blend of the sources and the
   request model, fit on past ticks (``jobs/train_speculator``) and applied in the SQL.
 * :func:`busiest_ticks`: which hours to learn from (and to benchmark on): the most requesters.
-* :func:`effective_threshold` / :func:`verify_mask` implement the verifier rule: an absolute
-  threshold, a global budget (threshold raised to the budget's quantile) and a per-user top-k,
-  all of which apply when set, plus the request rule's per-user floor (each user's best pairs kept
-  whatever their score). The Spark job uses the same threshold function, so the edge cases
-  tested here (empty input, all below threshold, budget larger than input) are the job's.
+* :func:`written_budget` / :func:`effective_threshold` / :func:`verify_mask` implement the verifier
+  rule: an absolute threshold, a global budget (absolute or per active user; the threshold raised
+  to the budget's boundary) and a per-user top-k, all of which apply when set, plus the request
+  rule's per-user floor (each user's best pairs kept whatever their score). The Spark job uses the
+  same functions (and :func:`locate_rank` to find the boundary), so the edge cases tested here
+  (empty input, all below threshold, budget larger than input) are the job's.
 * TTL arithmetic: ``expires_at = computed_at + ttl``; servable iff ``now < expires_at``.
 """
 
@@ -18,8 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -181,38 +185,55 @@ def busiest_ticks(requesters: dict[datetime, int], n_ticks: int, days: int | Non
     return sorted(t for _, chosen in best_days for t, _ in chosen)[:n_ticks]
 
 
-def effective_threshold(scores: ArrayLike, rule: VerifierConfig) -> float:
-    """Lowest verifier score kept: the absolute threshold, raised so at most ``budget`` pairs pass.
+def written_budget(rule: VerifierConfig, active_users: int, floor_pairs: int) -> int | None:
+    """Pairs the threshold may keep on top of the per-user floor, or None without a global budget.
+
+    The global budget is the smaller of ``budget`` and (rule request) ``request_budget_per_active_user``
+    x the users with candidates; it counts every written pair, the floor's included, so the floor's pairs are taken
+    from it first (never below zero: the floor is kept whatever the budget).
+    """
+    caps = []
+    if rule.budget is not None:
+        caps.append(rule.budget)
+    per_user = rule.active_budget_per_user()
+    if per_user is not None:
+        caps.append(math.floor(per_user * active_users))
+    return max(0, min(caps) - floor_pairs) if caps else None
+
+
+def effective_threshold(scores: ArrayLike, threshold: float | None, budget: int | None) -> float:
+    """Lowest score kept among the pairs the threshold decides on (``scores``): the absolute
+    ``threshold``, raised so at most ``budget`` pairs pass.
 
     Ties at the budget's boundary are all kept or all dropped together (dropped), so the result
     never depends on row order. Returns ``inf`` when nothing can pass (e.g. empty input).
     """
     scores = np.asarray(scores, dtype=np.float64)
-    active = rule.active_threshold()
-    threshold = -np.inf if active is None else float(active)
-    passing = np.sort(scores[scores >= threshold])[::-1]
+    absolute = -np.inf if threshold is None else float(threshold)
+    passing = np.sort(scores[scores >= absolute])[::-1]
     if passing.size == 0:
         return float("inf")
-    if rule.budget is not None and passing.size > rule.budget:
-        boundary = passing[rule.budget]  # first score that does not fit
+    if budget is not None and passing.size > budget:
+        if budget == 0:
+            return float("inf")
+        boundary = passing[budget]  # first score that does not fit
         above = passing[passing > boundary]
         return float(above[-1]) if above.size else float("inf")
-    return float(passing[-1]) if active is None else max(threshold, float(passing[-1]))
+    return float(passing[-1]) if threshold is None else max(absolute, float(passing[-1]))
 
 
-def threshold_inputs(scores: np.ndarray, rule: VerifierConfig) -> np.ndarray:
-    """The only scores :func:`effective_threshold` depends on (what the Spark job collects).
-
-    With a global budget: the ``budget + 1`` highest passing scores; without: the lowest passing
-    score. ``effective_threshold(threshold_inputs(s, rule), rule) == effective_threshold(s, rule)``
-    for every input, so the driver never holds a copy of every score.
-    """
-    scores = np.asarray(scores, dtype=np.float64)
-    active = rule.active_threshold()
-    passing = scores if active is None else scores[scores >= float(active)]
-    if rule.budget is None:
-        return passing[np.argsort(passing)[:1]]
-    return np.sort(passing)[::-1][: rule.budget + 1]
+def locate_rank(counts: Sequence[tuple[Any, int]], rank: int) -> tuple[Any, int]:
+    """The key holding the ``rank``-th largest value (1-based) and the value's rank within that key,
+    given the count of values per key, keys ordered like their values (a histogram's buckets, or
+    distinct values). How the Spark job finds a budget's boundary without collecting the scores
+    above it: a bounded histogram per step, then only the boundary bucket's distinct values."""
+    if rank < 1:
+        raise ValueError(f"rank must be >= 1, got {rank}")
+    for key, count in sorted(counts, key=lambda kv: kv[0], reverse=True):
+        if rank <= count:
+            return key, rank
+        rank -= count
+    raise ValueError(f"rank beyond the {sum(c for _, c in counts)} values counted")
 
 
 def verify_mask(
@@ -220,27 +241,24 @@ def verify_mask(
 ) -> tuple[np.ndarray, float]:
     """Boolean mask of kept pairs and the effective threshold (the Spark job's rule, in numpy).
 
-    Each user's pairs are ranked by score (ties by item id, exactly like the job's window). Kept:
-    rank < top-k among the pairs at or above the threshold (absolute, raised by the budget), plus
-    the rule's per-user floor (rank < ``active_min_per_user()``) whatever its score. Ranking all of
-    a user's pairs and ranking only the passing ones give passing pairs the same rank, because
-    passing pairs are a prefix of the user's order.
+    Each user's pairs are ranked by score (ties by item id, exactly like the job's window). The
+    rule's per-user floor (rank < ``active_min_per_user()``) is kept whatever its score. The other
+    pairs within the per-user top-k are *eligible*: kept when at or above the effective threshold,
+    the absolute threshold raised so that at most :func:`written_budget` eligible pairs pass.
     """
     scores = np.asarray(scores, dtype=np.float64)
     user_id, item_id = np.asarray(user_id), np.asarray(item_id)
-    threshold = effective_threshold(scores, rule)
-    keep = scores >= threshold
     top_k, floor = rule.active_top_k(), rule.active_min_per_user()
-    if (top_k is not None or floor > 0) and scores.size:
-        order = np.lexsort((item_id, -scores, user_id))
-        users = user_id[order]
-        starts = np.r_[0, np.flatnonzero(users[1:] != users[:-1]) + 1]
-        rank = np.empty(order.size, dtype=np.int64)
-        rank[order] = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
-        if top_k is not None:
-            keep &= rank < top_k
-        keep |= rank < floor
-    return keep, threshold
+    order = np.lexsort((item_id, -scores, user_id))
+    users = user_id[order]
+    starts = np.r_[0, np.flatnonzero(users[1:] != users[:-1]) + 1] if users.size else np.zeros(0, np.int64)
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
+    in_floor = rank < floor
+    eligible = ~in_floor if top_k is None else ~in_floor & (rank < top_k)
+    budget = written_budget(rule, int(starts.size), int(in_floor.sum()))
+    threshold = effective_threshold(scores[eligible], rule.active_threshold(), budget)
+    return in_floor | (eligible & (scores >= threshold)), threshold
 
 
 def expires_at(computed_at: datetime, ttl_hours: float) -> datetime:

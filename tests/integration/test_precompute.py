@@ -209,3 +209,45 @@ def test_foreign_checkpoint_is_refused_before_any_write(spark, world, tmp_path):
     assert _checksum(spark, config, "pair_embeddings") == before
     assert before[0] > 0  # there were rows to lose
     assert _table(spark, config, "runs").where(f"run_id = '{run_id}'").count() == 0  # not even an audit row
+
+
+@pytest.mark.parametrize("per_active_user", [None, 0.5, 3.0])
+def test_spark_verifier_with_a_budget_per_active_user_keeps_what_the_numpy_rule_keeps(spark, per_active_user):
+    """The job's rule (window ranks, floor, top-k, the budget's boundary found in Spark) against
+    :func:`solaris.precompute.speculation.verify_mask` on the same scores, ties included."""
+    import pandas as pd
+
+    from solaris.config import VerifierConfig
+    from solaris.precompute.speculation import verify_mask
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    frame = pd.DataFrame({"user_id": rng.integers(0, 300, n), "item_id": rng.permutation(n),
+                          "request_score": np.round(rng.random(n), 3)})
+    rule = VerifierConfig(rule="request", request_threshold=0.05, request_top_k_per_user=8, request_min_per_user=1,
+                          request_budget_per_active_user=per_active_user)
+    verified = score_job._verify(spark.createDataFrame(frame), "request_score", rule)
+    keep, threshold = verify_mask(frame.user_id, frame.item_id, frame.request_score, rule)
+    kept = verified.kept.toPandas()
+    assert set(zip(kept.user_id, kept.item_id)) == set(zip(frame.user_id[keep], frame.item_id[keep]))
+    assert verified.threshold == threshold and verified.rows == n
+    users = frame.user_id.nunique()
+    if per_active_user is None:
+        assert verified.budget is None
+    else:
+        assert len(kept) <= max(users, per_active_user * users) and verified.budget is not None
+
+
+def test_the_kth_largest_found_in_bounded_steps_equals_sorting(spark):
+    """Small histograms (4 buckets) and a small collect size force several narrowing steps, over
+    scores with heavy ties and a dense cluster."""
+    import pandas as pd
+
+    rng = np.random.default_rng(9)
+    values = np.concatenate([np.round(rng.random(300), 2), 0.5 + rng.random(150) * 1e-9, np.full(50, 0.25)])
+    frame = spark.createDataFrame(pd.DataFrame({"s": values}))
+    ordered = np.sort(values)[::-1]
+    for k in (1, 2, 17, 120, 301, 320, 451, 499, 500):
+        found = score_job._kth_largest(frame, "s", k, values.size, float(values.min()), float(values.max()),
+                                       buckets=4, collect_below=16)
+        assert found == ordered[k - 1], k

@@ -31,12 +31,16 @@ def test_acceptance_intervals_are_the_pooled_ratios(speculation):
         assert interval.low is None or interval.low <= interval.estimate <= interval.high
 
 
-def test_a_threshold_sweep_adds_one_hits_and_one_passes_column_per_set(speculation):
-    assert speculation.parse_sweep("0.01, 0.002:50,") == ((0.01, None), (0.002, 50))
+def test_a_sweep_adds_one_hits_and_one_passes_column_per_set(speculation):
+    entry = speculation.SweepEntry
+    assert speculation.parse_sweep("0.01, 0.002:50,b20") == (entry(0.01), entry(0.002, 50), entry(per_active_user=20))
     assert speculation.parse_sweep("") == ()
-    assert speculation.written_sets(speculation.parse_sweep("0.002:50")) == (
-        "written (new)", "written p>=0.002 k50", "written (today)")
-    names = speculation.written_sets(((0.01, None),))
+    assert entry(per_active_user=20).update() == {"rule": "request", "request_budget_per_active_user": 20}
+    assert entry(0.002, 50).update() == {"rule": "request", "request_threshold": 0.002,
+                                         "request_budget_per_active_user": None, "request_top_k_per_user": 50}
+    assert speculation.written_sets(speculation.parse_sweep("0.002:50,b20")) == (
+        "written (new)", "written p>=0.002 k50", "written b20", "written (today)")
+    names = speculation.written_sets((entry(0.01),))
     assert names == ("written (new)", "written p>=0.01", "written (today)")
     columns = speculation.per_user_columns(names)
     assert columns[0] == "requests" and len(columns) == 1 + 2 * len(names)

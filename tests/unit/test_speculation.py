@@ -10,8 +10,9 @@ from solaris.precompute.speculation import (
     expires_at,
     is_servable,
     item_stats_as_of,
-    threshold_inputs,
+    locate_rank,
     verify_mask,
+    written_budget,
 )
 from solaris.storage.sql import literal, render, statements
 from solaris.timeutil import default_run_id
@@ -53,8 +54,9 @@ def test_budget_raises_threshold_to_quantile():
 
 def test_budget_ties_are_dropped_together():
     scores = np.array([0.9, 0.5, 0.5, 0.5])
-    assert effective_threshold(scores, RELEVANCE(threshold=None, budget=2)) == pytest.approx(0.9)
-    assert effective_threshold(np.array([0.5, 0.5]), RELEVANCE(threshold=None, budget=1)) == float("inf")
+    assert effective_threshold(scores, None, 2) == pytest.approx(0.9)
+    assert effective_threshold(np.array([0.5, 0.5]), None, 1) == float("inf")
+    assert effective_threshold(scores, 0.1, 0) == float("inf")
 
 
 def test_top_k_per_user_after_threshold_with_item_tiebreak():
@@ -106,16 +108,48 @@ def test_run_ids_are_deterministic_utc():
     assert default_run_id("precompute", datetime(2000, 12, 1, 1, tzinfo=paris)) == "precompute-20001201T000000Z"
 
 
-@pytest.mark.parametrize("threshold", [None, 0.0, 0.5, 0.93])
-@pytest.mark.parametrize("budget", [None, 1, 7, 50, 10_000])
-def test_threshold_from_the_collected_subset_equals_threshold_from_all_scores(threshold, budget):
-    rng = np.random.default_rng(7)
-    scores = np.round(rng.random(400), 2)  # rounded: many ties, also at the budget boundary
-    rule = RELEVANCE(threshold=threshold, top_k_per_user=None, budget=budget)
-    subset = threshold_inputs(scores, rule)
-    assert subset.size <= (1 if budget is None else budget + 1)
-    assert effective_threshold(subset, rule) == effective_threshold(scores, rule)
-    assert effective_threshold(threshold_inputs(scores[:0], rule), rule) == float("inf")
+def test_the_budget_counts_every_written_pair_floor_included():
+    assert written_budget(VerifierConfig(budget=None, request_budget_per_active_user=None), 10, 3) is None
+    assert written_budget(VerifierConfig(budget=100, request_budget_per_active_user=None), 10, 3) == 97
+    assert written_budget(VerifierConfig(budget=100, request_budget_per_active_user=2.5), 10, 3) == 25 - 3
+    per_user = VerifierConfig(budget=None, request_budget_per_active_user=0.5)
+    assert written_budget(per_user, 10, 9) == 0  # the floor is kept anyway
+    assert written_budget(per_user.model_copy(update={"rule": "relevance"}), 10, 9) is None  # request rule only
+
+
+@pytest.mark.parametrize("per_active_user", [0.5, 1, 2.5, 4, 100])
+def test_a_budget_per_active_user_bounds_the_written_pairs_per_user_with_candidates(per_active_user):
+    rng = np.random.default_rng(11)
+    users = rng.integers(0, 40, 600)
+    items = rng.permutation(600)
+    scores = np.round(rng.random(600), 2)  # ties, also at the budget's boundary
+    rule = VerifierConfig(rule="request", request_threshold=0.05, request_top_k_per_user=10, request_min_per_user=1,
+                          request_budget_per_active_user=per_active_user)
+    keep, threshold = verify_mask(users, items, scores, rule)
+    active = np.unique(users).size
+    assert keep.sum() <= max(active, np.floor(per_active_user * active))  # the floor of 1 is kept whatever
+    assert set(users[keep]) == set(users)  # every user keeps their best pair
+    unlimited, _ = verify_mask(users, items, scores, rule.model_copy(update={"request_budget_per_active_user": None}))
+    assert keep.sum() <= unlimited.sum() and not (keep & ~unlimited).any()  # the budget only removes pairs
+    # beyond the floor, what is kept is exactly what passes the effective threshold
+    per_user_rank = np.zeros(600, dtype=int)
+    for user in np.unique(users):
+        mine = np.flatnonzero(users == user)
+        order = mine[np.lexsort((items[mine], -scores[mine]))]
+        per_user_rank[order] = np.arange(order.size)
+    beyond = (per_user_rank >= 1) & (per_user_rank < 10)
+    assert (keep[beyond] == (scores[beyond] >= threshold)).all()
+
+
+def test_locate_rank_walks_the_keys_from_the_largest():
+    counts = [(0, 5), (3, 2), (1, 0), (7, 1)]
+    assert locate_rank(counts, 1) == (7, 1)
+    assert locate_rank(counts, 2) == (3, 1) and locate_rank(counts, 3) == (3, 2)
+    assert locate_rank(counts, 4) == (0, 1) and locate_rank(counts, 8) == (0, 5)
+    with pytest.raises(ValueError, match="beyond"):
+        locate_rank(counts, 9)
+    with pytest.raises(ValueError, match=">= 1"):
+        locate_rank(counts, 0)
 
 
 def test_fit_logistic_is_deterministic_and_ranks_by_the_informative_feature():
@@ -162,7 +196,10 @@ def test_the_request_rule_applies_its_own_threshold_and_top_k():
     rule = VerifierConfig(rule="request", request_threshold=0.1, request_top_k_per_user=1, threshold=0.4,
                           top_k_per_user=5)
     keep, threshold = verify_mask(users, items, scores, rule)
-    assert threshold == 0.2 and keep.tolist() == [True, False, False, True]  # lowest kept score >= 0.1
+    # each user's best pair is the request rule's floor (1); with top-k 1 the threshold decides on nothing
+    assert threshold == float("inf") and keep.tolist() == [True, False, False, True]
+    keep, threshold = verify_mask(users, items, scores, rule.model_copy(update={"request_top_k_per_user": 3}))
+    assert threshold == 0.3 and keep.tolist() == [True, True, False, True]  # lowest kept score >= 0.1
     keep, threshold = verify_mask(users, items, scores, rule.model_copy(update={"rule": "relevance"}))
     assert threshold == 0.5 and keep.tolist() == [True, False, False, False]  # lowest kept score >= 0.4
 
@@ -176,7 +213,7 @@ def test_the_request_rule_keeps_each_users_best_pairs_below_the_threshold_and_bu
     rule = VerifierConfig(rule="request", request_threshold=0.1, request_top_k_per_user=2, request_min_per_user=2)
     keep, threshold = verify_mask(users, items, scores, rule)
     # user 1: the top-2 of the passing pairs; user 2: its best two (tie 0.01 broken by item id); user 3: its only pair
-    assert threshold == 0.2 and keep.tolist() == [True, True, False, True, True, False, True]
+    assert threshold == float("inf") and keep.tolist() == [True, True, False, True, True, False, True]
     keep, _ = verify_mask(users, items, scores, rule.model_copy(update={"request_min_per_user": 0}))
     assert keep.tolist() == [True, True, False, False, False, False, False]
     keep, _ = verify_mask(users, items, scores, rule.model_copy(update={"budget": 1}))  # the budget keeps 0.5 only
