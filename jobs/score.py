@@ -231,7 +231,9 @@ def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> Verified:
     else:
         finite = ~F.isnan(score)
     active = rule.active_threshold()
-    eligible = decided & finite & (score >= F.lit(float(active)) if active is not None else decided & finite)
+    eligible = decided & finite
+    if active is not None:
+        eligible = eligible & (score >= F.lit(float(active)))
     stats = ranked.agg(
         F.count("*").alias("rows"), F.countDistinct("user_id").alias("users"),
         F.count_if(in_floor).alias("floor"), F.count_if(eligible).alias("eligible"),

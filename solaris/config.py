@@ -274,11 +274,11 @@ class VerifierConfig(_Strict):
     budget: int | None = Field(None, ge=1)
     # for rule request: a global budget per user with candidates in the run: at most this many written
     # pairs per such user on average (the floor's pairs included), the threshold raised to the
-    # budget's boundary. Why a
-    # budget rather than a fixed threshold: the request model's calibration drifts between refits, and
-    # a fixed threshold's written set (and its FM cost) drifts with it; a budget spends the same FM
-    # passes each run on the pairs ranked most likely requested, across users. Why 20: the written
-    # volume of the relevance rule (its top 20 per user), so the two rules store as much.
+    # budget's boundary. Why a budget rather than a fixed threshold: the request model's calibration
+    # drifts between refits, and a fixed threshold's written set (and its FM cost) drifts with it; a
+    # budget spends the same FM passes each run on the pairs ranked most likely requested, across
+    # users. Why 20: the written volume of the relevance rule (its top 20 per user), so the two rules
+    # store as much.
     request_budget_per_active_user: float | None = Field(20, gt=0)
 
     def active_threshold(self) -> float | None:
