@@ -175,14 +175,18 @@ def ranked_sets(spark, config, tick, final, baseline_weights, phases, sweep=()):
     # below verifies it
     requestable = eager(spark.sql(final).where(F.col("request_score").isNotNull()).drop("user_rank"), "verify (new)")
     started = time.perf_counter()
-    new_written = _verify(requestable, "request_score", pre.verifier).kept
+    verification = _verify(requestable, "request_score", pre.verifier)
+    held.append(verification.ranked)  # persisted by the rule; released with the tick's other caches
+    new_written = verification.kept
     phases["verify (new)"] += time.perf_counter() - started
     new_written = eager(new_written, "verify (new)")
     written_new = ranked(new_written, NEW, "request_score")
     passes = new_written.groupBy("user_id").agg(F.count("*").alias("passes")).withColumn("set", F.lit(NEW))
     for entry in sweep:
         rule = pre.verifier.model_copy(update=entry.update())
-        kept = eager(_verify(requestable, "request_score", rule).kept, "verify (new)")
+        verification = _verify(requestable, "request_score", rule)
+        held.append(verification.ranked)
+        kept = eager(verification.kept, "verify (new)")
         written_new = written_new.unionByName(ranked(kept, entry.name(), "request_score"))
         passes = passes.unionByName(kept.groupBy("user_id").agg(F.count("*").alias("passes"))
                                     .withColumn("set", F.lit(entry.name())))
@@ -199,7 +203,9 @@ def ranked_sets(spark, config, tick, final, baseline_weights, phases, sweep=()):
                    "FM (today)")
     relevance = VerifierConfig(rule="relevance", threshold=0.5, top_k_per_user=20)
     started = time.perf_counter()
-    today_written = _verify(scored, "verifier_score", relevance).kept
+    verification = _verify(scored, "verifier_score", relevance)
+    held.append(verification.ranked)
+    today_written = verification.kept
     phases["verify (today)"] += time.perf_counter() - started
     written_today = ranked(today_written, TODAY, "verifier_score")
     sets = eager(parts.unionByName(baseline).unionByName(blend).unionByName(written_new).unionByName(written_today),

@@ -103,37 +103,41 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
                     "as-of: `solaris train-speculator`); verifier rule relevance instead", run_id)
         verifier = verifier.model_copy(update={"rule": "relevance"})
     rule = verifier.rule
-    request_verified: Verified | None = None
-    if rule == "request":
-        # Verify before the FM: a pair unlikely to be requested within the TTL costs no FM pass.
-        request_verified = _verify(candidates.where(F.col("request_score").isNotNull()), "request_score",
-                                   verifier)
-        candidates = request_verified.kept
-    spec = ScoringSpec(
-        fm_checkpoint=str(fm_dir), verifier_checkpoint=str(verifier_dir), embedding_dim=config.model.embedding_dim,
-        history_length=config.model.history_length, request_ts=int(as_of.timestamp()),
-        model_batch_size=pre.model_batch_size, torch_threads=pre.torch_threads, load_log_dir=load_log_dir,
-    )
-    features = candidate_features(spark, config, candidates.select("user_id", "item_id"), as_of)
-    scored = (
-        features.mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
-        .join(candidates.select("user_id", "item_id", "source", "spec_score",
-                                *(["request_score"] if rule == "request" else [])), ["user_id", "item_id"])
-        .withColumn(
-            "quarantine_reason",
-            F.when(F.col("quarantine_reason").isNotNull(), F.col("quarantine_reason"))
-            .when(F.octet_length("embedding") != 4 * config.model.embedding_dim, F.lit("wrong embedding dimension"))
-            .when(F.isnan("verifier_score"), F.lit("non-finite verifier_score")),
-        )
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
+    persisted: list[DataFrame] = []  # unpersisted whatever happens
     try:
+        request_verified: Verified | None = None
+        if rule == "request":
+            # Verify before the FM: a pair unlikely to be requested within the TTL costs no FM pass.
+            request_verified = _verify(candidates.where(F.col("request_score").isNotNull()), "request_score",
+                                       verifier)
+            persisted.append(request_verified.ranked)
+            candidates = request_verified.kept
+        spec = ScoringSpec(
+            fm_checkpoint=str(fm_dir), verifier_checkpoint=str(verifier_dir), embedding_dim=config.model.embedding_dim,
+            history_length=config.model.history_length, request_ts=int(as_of.timestamp()),
+            model_batch_size=pre.model_batch_size, torch_threads=pre.torch_threads, load_log_dir=load_log_dir,
+        )
+        features = candidate_features(spark, config, candidates.select("user_id", "item_id"), as_of)
+        scored = (
+            features.mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
+            .join(candidates.select("user_id", "item_id", "source", "spec_score",
+                                    *(["request_score"] if rule == "request" else [])), ["user_id", "item_id"])
+            .withColumn(
+                "quarantine_reason",
+                F.when(F.col("quarantine_reason").isNotNull(), F.col("quarantine_reason"))
+                .when(F.octet_length("embedding") != 4 * config.model.embedding_dim, F.lit("wrong embedding dimension"))
+                .when(F.isnan("verifier_score"), F.lit("non-finite verifier_score")),
+            )
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        persisted.append(scored)
         if request_verified is not None:
             # verified before scoring; the written verifier_score is P(requested within the TTL)
             verification = request_verified
             verified = scored.withColumn("verifier_score", F.col("request_score").cast("float")).drop("request_score")
         else:
             verification = _verify(scored, "verifier_score", verifier)
+            persisted.append(verification.ranked)
             verified = verification.kept
         threshold, n_candidates = verification.threshold, verification.rows
         n_scored = scored.count()
@@ -194,7 +198,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         )
         return result
     finally:
-        scored.unpersist()
+        for frame in persisted:
+            frame.unpersist()
 
 
 class Verified(NamedTuple):
@@ -204,6 +209,14 @@ class Verified(NamedTuple):
     threshold: float  # effective threshold (inf: nothing passes it; the per-user floor is kept anyway)
     rows: int  # input rows
     budget: int | None  # pairs the threshold could keep on top of the floor (None: no global budget)
+    ranked: DataFrame  # the ranked input ``kept`` reads, persisted: the caller unpersists it when done
+
+
+class Boundary(NamedTuple):
+    """The k-th largest value of a column and the smallest value strictly above it (None: none)."""
+
+    value: float
+    next_above: float | None
 
 
 def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> Verified:
@@ -215,6 +228,7 @@ def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> Verified:
     Non-finite scores are left out of the threshold's inputs but not dropped here: a NaN compares
     above every threshold in Spark, so such rows reach the score stage's quarantine, as they should.
     """
+    from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -223,7 +237,9 @@ def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> Verified:
     score, rank = F.col(column), F.col("_rank")
     top_k, floor = rule.active_top_k(), rule.active_min_per_user()
     window = Window.partitionBy("user_id").orderBy(score.desc(), F.col("item_id"))
-    ranked = frame.withColumn("_rank", F.row_number().over(window))
+    # Persisted: the rule's own jobs (stats, histogram steps) and the stage's later reads of `kept`
+    # would each recompute the window's shuffle and sort otherwise. Unpersisted by the caller.
+    ranked = frame.withColumn("_rank", F.row_number().over(window)).persist(StorageLevel.MEMORY_AND_DISK)
     in_floor = rank <= floor
     decided = ~in_floor if top_k is None else ~in_floor & (rank <= top_k)  # what the threshold decides on
     if "quarantine_reason" in frame.columns:
@@ -247,14 +263,14 @@ def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> Verified:
         # the numpy rule on these inputs: every eligible score passes
         threshold = effective_threshold([float(stats["lowest"])], active, None)
     else:
-        candidates = ranked.where(eligible)
-        boundary = _kth_largest(candidates, column, budget + 1, n_eligible, float(stats["lowest"]),
+        # the threshold: the smallest score above the (budget + 1)-th largest, so ties at the
+        # boundary all fall out rather than overshoot the budget
+        boundary = _kth_largest(ranked.where(eligible), column, budget + 1, n_eligible, float(stats["lowest"]),
                                 float(stats["highest"]))
-        above = candidates.where(score > F.lit(boundary)).agg(F.min(score)).collect()[0][0]
-        threshold = float("inf") if above is None else float(above)
+        threshold = float("inf") if boundary.next_above is None else boundary.next_above
     passing = score >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False)
     kept = ranked.where(in_floor | (decided & passing)).drop("_rank")
-    return Verified(kept, threshold, int(stats["rows"]), budget)
+    return Verified(kept, threshold, int(stats["rows"]), budget, ranked)
 
 
 # Buckets of one histogram step of _kth_largest, and the size of a bucket whose distinct values are
@@ -264,9 +280,10 @@ COLLECT_BELOW = 65_536
 
 
 def _kth_largest(frame: DataFrame, column: str, k: int, n: int, low: float, high: float,
-                 buckets: int = HISTOGRAM_BUCKETS, collect_below: int = COLLECT_BELOW) -> float:
-    """The ``k``-th largest of ``column`` (``n`` values in ``[low, high]``), exactly, without
-    collecting the values above it (that would grow with the budget, hence with the data).
+                 buckets: int = HISTOGRAM_BUCKETS, collect_below: int = COLLECT_BELOW) -> Boundary:
+    """The ``k``-th largest of ``column`` (``n`` values in ``[low, high]``), exactly, and the
+    smallest value above it, without collecting the values above it (that would grow with the
+    budget, hence with the data).
 
     Each step counts the values per bucket of equal width over ``[low, high]`` (one Spark job, at
     most ``buckets`` rows to the driver) and narrows to the bucket holding the k-th value
@@ -274,27 +291,36 @@ def _kth_largest(frame: DataFrame, column: str, k: int, n: int, low: float, high
     ``collect_below`` values, its distinct values and their counts are collected. The bucket key is a
     monotone function of the value (IEEE rounding is monotone), so buckets are ranges in value order,
     and every step splits its range (its lowest value goes to bucket 0, its highest to the last).
+    The smallest value above the k-th comes from the same steps: the lowest value of the nearest
+    non-empty bucket (or distinct value) above the chosen one, else the one carried from the step
+    before, whose range lay entirely below it.
     """
     from pyspark.sql import functions as F
 
     from solaris.precompute.speculation import locate_rank
 
     score = F.col(column)
+    next_above: float | None = None
     while low < high:
         within = frame.where(score.between(F.lit(low), F.lit(high)))
         if n < collect_below:
-            values = within.groupBy(score.alias("value")).agg(F.count("*").alias("n")).collect()
-            value, _ = locate_rank([(float(r["value"]), int(r["n"])) for r in values], k)
-            return float(value)
+            rows = within.groupBy(score.alias("value")).agg(F.count("*").alias("n")).collect()
+            counts = [(float(r["value"]), int(r["n"])) for r in rows]
+            value, _ = locate_rank(counts, k)
+            higher = [v for v, _ in counts if v > value]
+            return Boundary(float(value), min(higher) if higher else next_above)
         key = F.least(F.floor((score - F.lit(low)) / F.lit(high - low) * F.lit(float(buckets))).cast("long"),
                       F.lit(buckets - 1))
         rows = within.groupBy(key.alias("bucket")).agg(
             F.count("*").alias("n"), F.min(score).alias("low"), F.max(score).alias("high")).collect()
         by_key = {int(r["bucket"]): r for r in rows}
         bucket, k = locate_rank([(b, int(r["n"])) for b, r in by_key.items()], k)
+        higher = [float(r["low"]) for b, r in by_key.items() if b > bucket]
+        if higher:
+            next_above = min(higher)
         chosen = by_key[bucket]
         n, low, high = int(chosen["n"]), float(chosen["low"]), float(chosen["high"])
-    return low
+    return Boundary(low, next_above)
 
 
 def main(argv: list[str] | None = None) -> int:
