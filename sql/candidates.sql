@@ -62,19 +62,22 @@ SELECT item_a, item_b, n FROM (
 
 -- item -> next item: b among the {next_window} events the same user engaged right after a (by time, then
 -- item id: ML-1M stores many ratings of one session under one timestamp, so their order is unknown).
+-- Why a window frame and not a self-join on positions: the events are already grouped and ordered per user
+-- for the frame, so the pairs come out of one sort instead of a join of every event with its next ones.
 CREATE OR REPLACE TEMP VIEW user_sequence AS
-SELECT user_id, item_id, row_number() OVER (PARTITION BY user_id ORDER BY ts, item_id) AS pos
+SELECT user_id, item_id,
+       collect_list(item_id) OVER (PARTITION BY user_id ORDER BY ts, item_id
+                                   ROWS BETWEEN 1 FOLLOWING AND {next_window} FOLLOWING) AS next_items
 FROM past_events WHERE ts > {cooc_start} AND ts <= {stats_as_of};
 
 CREATE OR REPLACE TEMP VIEW item_next AS
 SELECT item_a, item_b, n FROM (
   SELECT item_a, item_b, n, row_number() OVER (PARTITION BY item_a ORDER BY n DESC, item_b) AS rn
   FROM (
-    SELECT a.item_id AS item_a, b.item_id AS item_b, count(*) AS n
-    FROM (SELECT user_id, item_id, pos + step AS next_pos FROM user_sequence
-          LATERAL VIEW explode(sequence(1, {next_window})) steps AS step) a  -- an equi-join, not a range join
-    JOIN user_sequence b ON a.user_id = b.user_id AND b.pos = a.next_pos AND a.item_id <> b.item_id
-    GROUP BY a.item_id, b.item_id
+    SELECT s.item_id AS item_a, b.item_id AS item_b, count(*) AS n
+    FROM user_sequence s LATERAL VIEW explode(s.next_items) b AS item_id
+    WHERE s.item_id <> b.item_id
+    GROUP BY s.item_id, b.item_id
   )
 ) WHERE rn <= {next_neighbors};
 
@@ -131,18 +134,32 @@ SELECT user_id, item_id, source, score, source_rank FROM (
 ) WHERE source_rank <= {source_items};
 
 -- One row per pair: the source scores (0 when a source did not propose it) and the user's activity.
+-- Why plain aggregates (no collect_set of the names): they run as one hash aggregation of the pairs; the
+-- names are listed in alphabetical order, as sorting the set of them would.
+CREATE OR REPLACE TEMP VIEW pair_sources AS
+SELECT user_id, item_id,
+       bool_or(source = 'cooc') AS has_cooc, max(CASE WHEN source = 'cooc' THEN score END) AS best_cooc,
+       bool_or(source = 'trending') AS has_trending, max(CASE WHEN source = 'trending' THEN score END) AS best_trending,
+       bool_or(source = 'recent') AS has_recent, max(CASE WHEN source = 'recent' THEN score END) AS best_recent,
+       bool_or(source = 'next') AS has_next, max(CASE WHEN source = 'next' THEN score END) AS best_next,
+       bool_or(source = 'popular') AS has_popular, max(CASE WHEN source = 'popular' THEN score END) AS best_popular,
+       bool_or(source = 'retrieval') AS has_retrieval, max(CASE WHEN source = 'retrieval' THEN score END) AS best_retrieval
+FROM source_parts
+GROUP BY user_id, item_id;
+
 CREATE OR REPLACE TEMP VIEW features AS
-SELECT s.user_id, s.item_id, concat_ws(',', sort_array(collect_set(s.source))) AS source,
-       coalesce(max(CASE WHEN s.source = 'cooc' THEN s.score END), 0.0) AS score_cooc,
-       coalesce(max(CASE WHEN s.source = 'trending' THEN s.score END), 0.0) AS score_trending,
-       coalesce(max(CASE WHEN s.source = 'recent' THEN s.score END), 0.0) AS score_recent,
-       coalesce(max(CASE WHEN s.source = 'next' THEN s.score END), 0.0) AS score_next,
-       coalesce(max(CASE WHEN s.source = 'popular' THEN s.score END), 0.0) AS score_popular,
-       coalesce(max(CASE WHEN s.source = 'retrieval' THEN s.score END), 0.0) AS score_retrieval,
-       first(u.log_events) AS log_events, first(u.log_events_last_hour) AS log_events_last_hour,
-       first(u.days_since_last) AS days_since_last
-FROM source_parts s JOIN user_activity u ON u.user_id = s.user_id
-GROUP BY s.user_id, s.item_id;
+SELECT s.user_id, s.item_id,
+       concat_ws(',', IF(s.has_cooc, 'cooc', NULL), IF(s.has_next, 'next', NULL), IF(s.has_popular, 'popular', NULL),
+                 IF(s.has_recent, 'recent', NULL), IF(s.has_retrieval, 'retrieval', NULL),
+                 IF(s.has_trending, 'trending', NULL)) AS source,
+       coalesce(s.best_cooc, 0.0) AS score_cooc,
+       coalesce(s.best_trending, 0.0) AS score_trending,
+       coalesce(s.best_recent, 0.0) AS score_recent,
+       coalesce(s.best_next, 0.0) AS score_next,
+       coalesce(s.best_popular, 0.0) AS score_popular,
+       coalesce(s.best_retrieval, 0.0) AS score_retrieval,
+       u.log_events, u.log_events_last_hour, u.days_since_last
+FROM pair_sources s JOIN user_activity u ON u.user_id = s.user_id;
 
 CREATE OR REPLACE TEMP VIEW candidate_pairs AS
 SELECT f.*,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -74,6 +75,30 @@ def test_per_user_cap_and_global_budget(spark, world):
     everything = _pairs(spark, world)
     top3 = sorted(everything.values(), key=lambda r: (-r["spec_score"], r["user_id"], r["item_id"]))[:3]
     assert set(budget) == {(r["user_id"], r["item_id"]) for r in top3}
+
+
+def test_session_continuation_and_the_source_list_of_each_pair(spark, make_config):
+    """item_next counts, per item pair, each time b is among the next_window events the same user engaged
+    after a (by time, then item id; never an item after itself); a pair's `source` lists every rule that
+    proposed it, once each, in alphabetical order."""
+    config = make_config()
+    # user 1 engages item 10 twice, and 11 and 12 at one timestamp (ordered by item id)
+    rows = [(1, 10, 9), (1, 11, 8), (1, 12, 8), (1, 10, 7), (1, 13, 6),
+            (2, 11, 5), (2, 13, 4), (2, 12, 3), (3, 10, 2), (3, 14, 1)]
+    _events(spark, config, rows)
+    window = 2
+    pairs = _pairs(spark, config, sources="[cooc, trending, recent, next, popular]", next_window=window)
+    expected: Counter = Counter()
+    for user in {u for u, _, _ in rows}:
+        sequence = [item for _, item in sorted((-hours, item) for u, item, hours in rows if u == user)]
+        for position, first in enumerate(sequence):
+            expected.update((first, later) for later in sequence[position + 1:position + 1 + window] if later != first)
+    assert {(r["item_a"], r["item_b"]): r["n"] for r in spark.table("item_next").collect()} == dict(expected)
+    proposed: dict = {}
+    for row in spark.table("source_parts").collect():
+        proposed.setdefault((row["user_id"], row["item_id"]), set()).add(row["source"])
+    assert {key: ",".join(sorted(proposed[key])) for key in pairs} == {key: r["source"] for key, r in pairs.items()}
+    assert any("," in r["source"] for r in pairs.values())  # some pair has several rules
 
 
 def test_no_active_users_gives_no_candidates(spark, world):

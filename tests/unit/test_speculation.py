@@ -80,7 +80,7 @@ def test_candidate_params_render_into_sql():
     sql = render("candidates", **params)
     assert "TIMESTAMP '2000-11-30 00:00:00.000000'" in sql and "{" not in sql
     parts = statements(sql)
-    assert parts[-1].lstrip().upper().startswith("SELECT") and len(parts) == 18
+    assert parts[-1].lstrip().upper().startswith("SELECT") and len(parts) == 19
 
 
 def test_item_statistics_are_as_of_the_period_start_never_later_than_the_run():
