@@ -44,8 +44,11 @@ class CandidatesResult:
 
 
 SPECULATOR_FILE = "speculator.json"
-# The retrieval parts of the last prepare_views call (read by several views), dropped at the next call.
+# The retrieval parts and the run-shared views of the last prepare_views call, dropped at the next call.
 _CACHED: list[DataFrame] = []
+# The per-user views of a run that several sources and the features read: cached once per run (Why:
+# the final query would otherwise recompute each of them from the events once per reader).
+RUN_SHARED_VIEWS = ("active_users", "user_activity", "user_recent", "engaged")
 # The item-item statistics views and the source that reads each (only a used view is materialised).
 ITEM_STAT_VIEWS = {"item_cooc": "cooc", "item_next": "next"}
 # The item-item statistics of one period (precompute.candidates.item_stats_hours > 1), shared by the
@@ -158,12 +161,13 @@ def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
 
     ``users`` (a ``user_id`` frame): speculate for them only (the fast lane); None: every active user.
     """
+    from pyspark import StorageLevel
+
     from solaris.precompute.spark_features import visible_events
     from solaris.precompute.speculation import candidate_params
     from solaris.storage.sql import render, statements
 
-    while _CACHED:
-        _CACHED.pop().unpersist()
+    release_cached()
     rules = config.precompute.candidates
     blend = speculator.blend if speculator is not None and rules.blend == "learned" else None
     request = speculator.request if speculator is not None else None
@@ -184,7 +188,17 @@ def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
         if shared is not None and ITEM_STAT_VIEWS.get(name) in rules.sources:
             shared[name] = _materialise(spark.table(name))
             shared[name].createOrReplaceTempView(name)
+    for name in RUN_SHARED_VIEWS:  # in this order: each later view reads the cached active_users
+        frame = spark.table(name).persist(StorageLevel.MEMORY_AND_DISK)
+        frame.count()
+        _CACHED.append(frame)
     return final
+
+
+def release_cached() -> None:
+    """Drop what the last :func:`prepare_views` call cached (its views stay registered, uncached)."""
+    while _CACHED:
+        _CACHED.pop().unpersist()
 
 
 def _shared_item_stats(spark: SparkSession, config: SolarisConfig, stats_as_of: datetime) -> dict[str, DataFrame]:
@@ -240,7 +254,10 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     blend = f"learned {speculator.version}" if learned and speculator is not None else "hand"
     frame = build_candidates(spark, config, as_of, run_id, speculator, users)
     path = config.table_path("candidates")
-    replace_where(frame, path, f"run_id = '{run_id}'", partition_by=["run_date"])
+    try:
+        replace_where(frame, path, f"run_id = '{run_id}'", partition_by=["run_date"])
+    finally:
+        release_cached()
     written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id)
     # per source and in total (the rollup's grand-total row) in one Spark job
     rows = written.rollup("source").agg(F.grouping("source").alias("total"), F.count("*").alias("pairs"),
