@@ -18,6 +18,8 @@
 -- is `request`; NULL without one).
 -- The item-item statistics (item_cooc, item_next) are as of {stats_as_of} <= {as_of}
 -- (precompute.candidates.item_stats_hours); jobs/candidates.py shares them between the runs of a period.
+-- jobs/candidates.py caches active_users, user_activity, user_recent and engaged once per run: several
+-- sources and the features read them.
 
 CREATE OR REPLACE TEMP VIEW past_events AS
 SELECT user_id, item_id, ts FROM events WHERE ts <= {as_of};
