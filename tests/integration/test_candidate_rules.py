@@ -101,6 +101,21 @@ def test_session_continuation_and_the_source_list_of_each_pair(spark, make_confi
     assert any("," in r["source"] for r in pairs.values())  # some pair has several rules
 
 
+def test_a_run_caches_the_shared_per_user_views_once_and_releases_them_after_its_write(spark, world):
+    from solaris.config import load_config
+    from solaris.jobs import candidates
+    from tests.conftest import TEST_OVERRIDES
+
+    persistent = spark.sparkContext._jsc.getPersistentRDDs  # no Python API lists the cached RDDs
+    before = len(persistent())
+    _pairs(spark, world)  # views only: their readers (train_speculator, the bench) still need them cached
+    assert len(candidates._CACHED) == len(candidates.RUN_SHARED_VIEWS)
+    assert all(frame.is_cached for frame in candidates._CACHED)
+    config = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={world.warehouse}"])
+    assert candidates.run(spark, config, AS_OF, "run-release").pairs > 0
+    assert candidates._CACHED == [] and len(persistent()) == before
+
+
 def test_no_active_users_gives_no_candidates(spark, world):
     assert _pairs(spark, world, lookback_hours=0.5) == {}
 
