@@ -51,8 +51,11 @@ _CACHED: list[DataFrame] = []
 RUN_SHARED_VIEWS = ("active_users", "user_activity", "user_recent", "engaged")
 # The item-item statistics views and the source that reads each (only a used view is materialised).
 ITEM_STAT_VIEWS = {"item_cooc": "cooc", "item_next": "next"}
+# The views of sql/candidates.sql each statistic is computed by (its key digests their SQL).
+ITEM_STAT_INPUTS = {"item_cooc": ("cooc_window", "item_cooc"), "item_next": ("user_sequence", "item_next")}
 # The item-item statistics of one period (precompute.candidates.item_stats_hours > 1), shared by the
-# runs of that period in this Spark session: key -> {view: materialised frame}. One period at a time.
+# runs of that period in this Spark session: period -> {statistic key: materialised frame}. One period
+# at a time.
 _ITEM_STATS: dict[tuple, dict[str, DataFrame]] = {}
 _VIEW_NAME = re.compile(r"^CREATE OR REPLACE TEMP VIEW (\w+)", re.IGNORECASE)
 
@@ -177,17 +180,16 @@ def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     retrieval_parts(spark, config, as_of, users).createOrReplaceTempView("retrieval_parts")
     params = candidate_params(rules, as_of, blend, request, restrict_users=users is not None)
     *views, final = statements(render("candidates", **params))
-    shared = _shared_item_stats(spark, config, params["stats_as_of"]) if rules.item_stats_hours > 1 else None
+    period = (_PeriodStatistics(spark, config, params["stats_as_of"], views) if rules.item_stats_hours > 1
+              else None)
     for statement in views:
-        match = _VIEW_NAME.match(statement)
-        name = match.group(1) if match else ""
-        if shared is not None and name in shared:
-            shared[name].createOrReplaceTempView(name)  # computed by an earlier run of this period
+        name = _view_name(statement)
+        if period is not None and ITEM_STAT_VIEWS.get(name) in rules.sources:
+            period.frame(name, statement).createOrReplaceTempView(name)
             continue
         spark.sql(statement)
-        if shared is not None and ITEM_STAT_VIEWS.get(name) in rules.sources:
-            shared[name] = _materialise(spark.table(name))
-            shared[name].createOrReplaceTempView(name)
+    if period is not None:
+        period.store()
     for name in RUN_SHARED_VIEWS:  # in this order: each later view reads the cached active_users
         frame = spark.table(name).persist(StorageLevel.MEMORY_AND_DISK)
         frame.count()
@@ -201,19 +203,92 @@ def release_cached() -> None:
         _CACHED.pop().unpersist()
 
 
-def _shared_item_stats(spark: SparkSession, config: SolarisConfig, stats_as_of: datetime) -> dict[str, DataFrame]:
-    """The cache entry of this period's item-item statistics; older periods are dropped (bounded: one).
+def _view_name(statement: str) -> str:
+    match = _VIEW_NAME.match(statement)
+    return match.group(1) if match else ""
 
-    Why this is safe: the statistics depend only on the events <= ``stats_as_of`` (never later than
-    any run of the period) and on the settings in the key. A late event stamped before
-    ``stats_as_of`` that is ingested during the period is seen from the next period on (a new
-    session, e.g. a spark-submit per stage, recomputes them at its first run)."""
-    rules = config.precompute.candidates
-    key = (spark.sparkContext.applicationId, config.table_path("events"), stats_as_of, rules.cooc_days,
-           rules.cooc_items_per_user, rules.cooc_neighbors, rules.next_window, rules.next_neighbors)
-    for old in [entry for entry in _ITEM_STATS if entry != key]:
-        del _ITEM_STATS[old]  # local checkpoints: their blocks go when the frames are collected
-    return _ITEM_STATS.setdefault(key, {})
+
+ITEM_STATS_COLUMNS = ("stats_key", "statistic", "stats_as_of", "item_a", "item_b", "n")
+
+
+class _PeriodStatistics:
+    """The item-item statistics of one period (``item_stats_hours`` > 1): from this session's cache,
+    else from the ``item_statistics`` table, else computed here and then stored in it.
+
+    Why this is safe: a statistic depends only on the events <= ``stats_as_of`` (never later than any
+    run of the period) and on the SQL in its key (:func:`item_stats_key`: settings and logic). The
+    first run of a period computes and stores it; every later run of the period, in this session or
+    another process, reads the same rows, so reruns give the same candidates. A late event stamped
+    before ``stats_as_of`` that is ingested after that first run is seen from the next period on.
+    A statistic with no rows stores nothing and is recomputed by each run (it is cheap then).
+    """
+
+    def __init__(self, spark: SparkSession, config: SolarisConfig, stats_as_of: datetime, views: list[str]):
+        from solaris.precompute.speculation import item_stats_key
+
+        self.spark, self.config, self.stats_as_of = spark, config, stats_as_of
+        self.path = config.table_path("item_statistics")
+        by_name = {_view_name(statement): statement for statement in views}
+        self.keys = {name: item_stats_key(name, stats_as_of, [by_name[view] for view in inputs])
+                     for name, inputs in ITEM_STAT_INPUTS.items()}
+        period = (spark.sparkContext.applicationId, config.table_path("events"), stats_as_of)
+        for old in [entry for entry in _ITEM_STATS if entry != period]:
+            del _ITEM_STATS[old]  # local checkpoints: their blocks go when the frames are collected
+        self.cached = _ITEM_STATS.setdefault(period, {})
+        self.computed: dict[str, DataFrame] = {}
+        self._stored: set[str] | None = None
+
+    def stored_keys(self) -> set[str]:
+        """The statistics in the table (its partitions), read from the Delta log: no Spark job."""
+        if self._stored is None:
+            from pathlib import Path
+
+            from solaris.storage.tables import stored_partitions
+
+            found = Path(self.path, "_delta_log").is_dir()
+            self._stored = stored_partitions(self.path, "stats_key") if found else set()
+        return self._stored
+
+    def frame(self, name: str, statement: str) -> DataFrame:
+        """The materialised statistic ``name`` (``item_a``, ``item_b``, ``n``) of this period."""
+        from pyspark.sql import functions as F
+
+        key = self.keys[name]
+        if key not in self.cached:
+            if key in self.stored_keys():
+                stored = self.spark.read.format("delta").load(self.path).where(F.col("stats_key") == key)
+                self.cached[key] = _materialise(stored.select("item_a", "item_b", "n"))
+                log.info("item statistic %s as of %s read from %s", name, self.stats_as_of, self.path)
+            else:
+                self.spark.sql(statement)
+                self.cached[key] = self.computed[key] = _materialise(self.spark.table(name))
+        return self.cached[key]
+
+    def store(self) -> None:
+        """Write the statistics this run computed, in one commit that also drops the periods older
+        than ``item_stats_keep_days`` before this one (replacing this period's rows: idempotent)."""
+        from functools import reduce
+
+        from pyspark.sql import functions as F
+
+        from solaris.storage.sql import literal
+        from solaris.storage.tables import replace_where
+
+        if not self.computed:
+            return
+        statistic = {key: name for name, key in self.keys.items()}
+        parts = [frame.select(F.lit(key).alias("stats_key"), F.lit(statistic[key]).alias("statistic"),
+                              F.lit(self.stats_as_of).cast("timestamp").alias("stats_as_of"),
+                              F.col("item_a").cast("long"), F.col("item_b").cast("long"), F.col("n").cast("long"))
+                 for key, frame in self.computed.items()]
+        rows = reduce(lambda a, b: a.unionByName(b), parts)
+        keep_from = self.stats_as_of - timedelta(days=self.config.precompute.candidates.item_stats_keep_days)
+        keys = ", ".join(f"'{key}'" for key in self.computed)
+        replace_where(rows, self.path, f"stats_key IN ({keys}) OR stats_as_of < {literal(keep_from)}",
+                      partition_by=["stats_key"])
+        log.info("item statistics as of %s stored in %s (%s)", self.stats_as_of, self.path,
+                 ", ".join(statistic[key] for key in self.computed))
+        self.computed.clear()
 
 
 def _materialise(frame: DataFrame) -> DataFrame:

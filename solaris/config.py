@@ -75,6 +75,7 @@ class TablesConfig(_Strict):
     events: str = "events"
     id_map: str = "id_map"
     candidates: str = "candidates"
+    item_statistics: str = "item_statistics"
     pair_embeddings: str = "pair_embeddings"
     pair_embeddings_log: str = "pair_embeddings_log"
     user_embeddings: str = "user_embeddings"
@@ -210,6 +211,10 @@ class CandidateConfig(_Strict):
     # Why: they are the costliest views of a tick and move slowly, so the ticks of one period (in one
     # Spark session: replay, evaluate, benchmarks) share one computation. See docs/architecture.md §5.
     item_stats_hours: int = Field(1, ge=1, le=168)
+    # Above 1, each period's statistics are also stored in the `item_statistics` table, so that runs
+    # in other processes (a spark-submit per stage) read them instead of recomputing; periods older
+    # than this many days before the newest one written are dropped from it.
+    item_stats_keep_days: float = Field(7, gt=0)
     trending_hours: float = Field(72, gt=0)
     trending_items: int = Field(50, ge=0)
     next_window: int = Field(10, ge=1)  # session continuation: the events right after an item

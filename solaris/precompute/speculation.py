@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from solaris.config import CandidateConfig, VerifierConfig
+from solaris.timeutil import utc_stamp
 
 SOURCES = ("cooc", "trending", "recent", "next", "popular", "retrieval")
 # The blend's inputs, in the order of the SQL's `features` view: one score per source, then the user's activity.
@@ -135,6 +136,18 @@ def item_stats_as_of(as_of: datetime, period_hours: int) -> datetime:
     the same value, so they can share one computation (``jobs/candidates``)."""
     epoch = datetime(1970, 1, 1, tzinfo=as_of.tzinfo and timezone.utc)
     return as_of - (as_of - epoch) % timedelta(hours=period_hours)
+
+
+def item_stats_key(view: str, stats_as_of: datetime, statements: Sequence[str]) -> str:
+    """The key under which one period's item-item statistic is stored (table ``item_statistics``).
+
+    ``statements``: the rendered SQL that computes the statistic. Why a digest of the SQL and not of
+    the settings: the rendered text holds every setting that shapes the statistic (its windows, caps,
+    the period's as-of) and the logic itself, so statistics computed with other settings or by an
+    older query are never read as if they were this run's.
+    """
+    digest = hashlib.sha256("\n;\n".join(statements).encode()).hexdigest()[:16]
+    return f"{view}-{utc_stamp(stats_as_of)}-{digest}"
 
 
 def fit_logistic(x: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None, l2: float = 1.0,

@@ -118,6 +118,18 @@ def table_rows(path: str) -> int:
     return int(DeltaTable(path).to_pyarrow_dataset().count_rows())  # pragma: no cover - stats always written here
 
 
+def stored_partitions(path: str, column: str) -> set[str]:
+    """The values of partition column ``column`` that live files of the table hold, from its Delta
+    log (no Spark job): whether a partition was written, without asking Spark."""
+    files = _add_actions(path)
+    name = f"partition.{column}"
+    if files.num_rows == 0:
+        return set()
+    if name not in files.column_names:
+        raise ValueError(f"{path} is not partitioned by {column!r}")
+    return {value for value in files.column(name).to_pylist() if value is not None}
+
+
 def may_hold(path: str, column: str, value: str) -> bool:
     """False only when no live file of the table can hold a row with ``column = value``.
 

@@ -155,11 +155,51 @@ def test_daily_item_statistics_are_as_of_midnight_and_shared_by_the_day_s_runs(s
     candidates._ITEM_STATS.clear()
     daily = {**sources, "item_stats_hours": 24}
     earlier = _pairs(spark, config, as_of=AS_OF - timedelta(hours=1), **daily)
-    (key, shared), = candidates._ITEM_STATS.items()
-    assert AS_OF.replace(hour=0) in key and set(shared) == {"item_cooc"}
+    (period, shared), = candidates._ITEM_STATS.items()
+    (key, frame), = shared.items()
+    assert AS_OF.replace(hour=0) in period and key.startswith("item_cooc-20260110T000000Z-")
     at_noon = _pairs(spark, config, **daily)
-    assert candidates._ITEM_STATS[key]["item_cooc"] is shared["item_cooc"]  # reused, not recomputed
+    assert candidates._ITEM_STATS[period][key] is frame  # reused, not recomputed
     assert (3, 11) in at_noon and (10, 21) not in at_noon  # today's co-occurrence waits for tomorrow
     assert (3, 11) in earlier
     candidates._ITEM_STATS.clear()
     assert _pairs(spark, config, **daily) == at_noon
+
+
+def test_a_period_s_item_statistics_are_stored_once_and_read_by_runs_in_other_sessions(spark, make_config):
+    """The first run of a period stores its statistics in `item_statistics`; a run of the same period in
+    another process (here: the session cache emptied) reads them instead of recomputing, a changed
+    setting gets its own rows, and periods older than item_stats_keep_days go at the next store."""
+    from delta.tables import DeltaTable
+
+    from solaris.jobs import candidates
+    from solaris.storage.tables import stored_partitions, table_version
+
+    config = make_config()
+    _events(spark, config, [(2, 10, 30), (2, 11, 29), (3, 10, 1), (5, 12, 2), (5, 13, 1)])
+    daily = {"sources": "[cooc, next]", "item_stats_hours": 24}
+    path = config.table_path("item_statistics")
+    candidates._ITEM_STATS.clear()
+    first = _pairs(spark, config, **daily)
+    keys = stored_partitions(path, "stats_key")
+    assert {key.split("-")[0] for key in keys} == {"item_cooc", "item_next"} and table_version(spark, path) == 0
+    assert (3, 11) in first and "cooc" in first[(3, 11)]["source"]
+
+    candidates._ITEM_STATS.clear()  # another process, the same period: reads them, stores nothing
+    assert _pairs(spark, config, **daily) == first
+    assert table_version(spark, path) == 0
+
+    # what it reads is the stored rows: a stored co-occurrence (10 -> 77) reaches user 3's candidates
+    cooc_key = next(key for key in keys if key.startswith("item_cooc"))
+    DeltaTable.forPath(spark, path).update(f"stats_key = '{cooc_key}' AND item_b = 11", {"item_b": "77"})
+    candidates._ITEM_STATS.clear()
+    assert (3, 77) in _pairs(spark, config, **daily)
+
+    candidates._ITEM_STATS.clear()  # other settings, other statistics: computed and stored beside
+    assert (3, 77) not in _pairs(spark, config, **daily, cooc_neighbors=5)
+    assert len(stored_partitions(path, "stats_key")) == 3
+
+    candidates._ITEM_STATS.clear()  # eight days later: this period stored, the ones > 7 days older dropped
+    _pairs(spark, config, as_of=AS_OF + timedelta(days=8), **daily)
+    later = stored_partitions(path, "stats_key")
+    assert len(later) == 2 and all("-20260118T000000Z-" in key for key in later)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from solaris.storage.tables import commit_metrics, may_hold, table_rows
+from solaris.storage.tables import commit_metrics, may_hold, stored_partitions, table_rows
 
 
 def _runs(*run_ids: str) -> pa.Table:
@@ -47,3 +48,16 @@ def test_commit_metrics_sum_only_the_named_operation_after_the_version(tmp_path)
     metrics = commit_metrics(path, before, "DELETE")
     assert metrics and all(isinstance(value, int) for value in metrics.values())
     assert commit_metrics(path, DeltaTable(path).version(), "DELETE") == {}
+
+
+def test_stored_partitions_are_those_of_live_files(tmp_path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, _runs("a", "b", "b"), partition_by=["run_id"])
+    assert stored_partitions(path, "run_id") == {"a", "b"}
+    DeltaTable(path).delete("run_id = 'a'")
+    assert stored_partitions(path, "run_id") == {"b"}
+    DeltaTable(path).delete("run_id = 'b'")
+    assert stored_partitions(path, "run_id") == set()  # a table without live files holds none
+    write_deltalake(path, _runs("c"), mode="append")
+    with pytest.raises(ValueError, match="not partitioned by 'value'"):
+        stored_partitions(path, "value")

@@ -10,6 +10,7 @@ from solaris.precompute.speculation import (
     expires_at,
     is_servable,
     item_stats_as_of,
+    item_stats_key,
     locate_rank,
     verify_mask,
     written_budget,
@@ -81,6 +82,23 @@ def test_candidate_params_render_into_sql():
     assert "TIMESTAMP '2000-11-30 00:00:00.000000'" in sql and "{" not in sql
     parts = statements(sql)
     assert parts[-1].lstrip().upper().startswith("SELECT") and len(parts) == 19
+
+
+def test_a_stored_item_statistic_is_keyed_by_its_period_and_the_sql_that_computes_it():
+    """Other settings render other SQL, so they never read statistics computed another way."""
+    def key(config: CandidateConfig, hour: int) -> str:
+        at = datetime(2000, 12, 1, hour, tzinfo=timezone.utc)
+        params = candidate_params(config, at)
+        views = {s.split()[5]: s for s in statements(render("candidates", **params))[:-1]}
+        return item_stats_key("item_cooc", params["stats_as_of"], [views["cooc_window"], views["item_cooc"]])
+
+    daily = CandidateConfig(item_stats_hours=24)
+    assert key(daily, 3) == key(daily, 17)  # the runs of one day share it
+    assert key(daily, 3).startswith("item_cooc-20001201T000000Z-")
+    assert key(CandidateConfig(), 3) != key(CandidateConfig(), 4)  # hourly: each run its own
+    assert key(daily.model_copy(update={"cooc_neighbors": 5}), 3) != key(daily, 3)
+    assert key(daily.model_copy(update={"next_window": 5}), 3) == key(daily, 3)  # not an input of item_cooc
+    assert key(daily.model_copy(update={"per_user": 5}), 3) == key(daily, 3)
 
 
 def test_item_statistics_are_as_of_the_period_start_never_later_than_the_run():
