@@ -47,6 +47,7 @@ NEW_SPECULATION = (
     "precompute.candidates.blend=learned",
     "precompute.verifier.rule=request",
     "precompute.candidates.per_user=200",
+    "precompute.candidates.item_stats_hours=24",
     "precompute.verifier.request_threshold=0.001",
     "precompute.verifier.request_budget_per_active_user=20",
     "precompute.verifier.request_top_k_per_user=200",

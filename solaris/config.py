@@ -208,9 +208,10 @@ class CandidateConfig(_Strict):
     cooc_neighbors: int = Field(30, ge=1)
     # The item-item statistics (`item_cooc`, `item_next`) are computed as of the run's as-of floored to
     # this many hours (UTC, epoch-aligned: 24 = midnight), from events <= that time; 1 = every run.
-    # Why: they are the costliest views of a tick and move slowly, so the ticks of one period (in one
-    # Spark session: replay, evaluate, benchmarks) share one computation. See docs/architecture.md §5.
-    item_stats_hours: int = Field(1, ge=1, le=168)
+    # Why a day: they are the costliest views of a tick and move slowly, so the runs of one day share
+    # one computation (stored in `item_statistics`), and day-old statistics hit as many next-hour
+    # requests as fresh ones (BENCHMARKS.md, "Speculation hit rate"). See docs/architecture.md §5.
+    item_stats_hours: int = Field(24, ge=1, le=168)
     # Above 1, each period's statistics are also stored in the `item_statistics` table, so that runs
     # in other processes (a spark-submit per stage) read them instead of recomputing; periods older
     # than this many days before the newest one written are dropped from it.

@@ -25,7 +25,8 @@ def _pairs(spark, config, as_of=AS_OF, **overrides):
     from tests.conftest import TEST_OVERRIDES
 
     # the three rule sources with hand weights unless a test says otherwise (the rules under test here)
-    rules = {"sources": "[cooc, trending, recent]", "blend": "hand", **overrides}
+    # and item statistics as of the run (each test's events sit hours before it, after midnight)
+    rules = {"sources": "[cooc, trending, recent]", "blend": "hand", "item_stats_hours": 1, **overrides}
     settings = [f"precompute.candidates.{k}={v}" for k, v in rules.items()]
     cfg = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={config.warehouse}", *settings])
     rows = build_candidates(spark, cfg, as_of, "run-x").collect()

@@ -95,7 +95,8 @@ def test_a_stored_item_statistic_is_keyed_by_its_period_and_the_sql_that_compute
     daily = CandidateConfig(item_stats_hours=24)
     assert key(daily, 3) == key(daily, 17)  # the runs of one day share it
     assert key(daily, 3).startswith("item_cooc-20001201T000000Z-")
-    assert key(CandidateConfig(), 3) != key(CandidateConfig(), 4)  # hourly: each run its own
+    hourly = CandidateConfig(item_stats_hours=1)
+    assert key(hourly, 3) != key(hourly, 4)  # each run its own
     assert key(daily.model_copy(update={"cooc_neighbors": 5}), 3) != key(daily, 3)
     assert key(daily.model_copy(update={"next_window": 5}), 3) == key(daily, 3)  # not an input of item_cooc
     assert key(daily.model_copy(update={"per_user": 5}), 3) == key(daily, 3)
