@@ -112,7 +112,9 @@ def test_a_run_caches_the_shared_per_user_views_once_and_releases_them_after_its
     _pairs(spark, world)  # views only: their readers (train_speculator, the bench) still need them cached
     assert len(candidates._CACHED) == len(candidates.RUN_SHARED_VIEWS)
     assert all(frame.is_cached for frame in candidates._CACHED)
-    config = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={world.warehouse}"])
+    # hourly statistics: a day's statistics stay cached for its later runs by design (tested below)
+    config = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={world.warehouse}",
+                                    "precompute.candidates.item_stats_hours=1"])
     assert candidates.run(spark, config, AS_OF, "run-release").pairs > 0
     assert candidates._CACHED == [] and len(persistent()) == before
 
