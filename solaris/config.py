@@ -65,7 +65,7 @@ class SparkConfig(_Strict):
     codegen_cache_entries: int = Field(2000, ge=100)
     # Extra driver JVM options of a process that runs one hourly stage and exits (a spark-submit task,
     # `solaris <stage>`); not of replay / evaluate sessions. Why C1 only: solaris/spark.py.
-    one_stage_java_options: str = "-XX:TieredStopAtLevel=1"
+    one_stage_java_options: str = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
     # Class-data-sharing archive of Spark's and Delta's classes, written by `make setup`; used by
     # every driver JVM when the file exists (null: never). Why: solaris/spark.py.
     class_data_archive: str | None = "jars/spark-classes.jsa"

@@ -59,10 +59,13 @@ def driver_java_options(config: SolarisConfig, one_stage: bool = False) -> str:
       of those classes, written once by ``make setup``, is mapped instead of parsing and verifying the
       JARs. A JVM that finds the archive unusable (another JDK build or class path) logs one warning
       and loads the classes as usual, so a stale file costs time, never a failure.
-    * ``spark.one_stage_java_options`` (``one_stage`` only; default ``-XX:TieredStopAtLevel=1``):
-      only the JIT's quick C1 compiler. C2's optimised code pays back over hours, not one stage;
-      replay, evaluation and the tests' session run many ticks in one JVM and keep C2
-      (BENCHMARKS.md measures both ways).
+    * ``spark.one_stage_java_options`` (``one_stage`` only; default ``-XX:TieredStopAtLevel=1
+      -XX:ReservedCodeCacheSize=240m``): only the JIT's quick C1 compiler. C2's optimised code pays
+      back over hours, not one stage; replay, evaluation and the tests' session run many ticks in
+      one JVM and keep C2 (BENCHMARKS.md measures both ways). Why the code cache size: a C1-only JVM
+      reserves 48 MB for compiled code instead of 240 MB, and a stage with many generated query
+      classes (the candidates SQL on ML-1M) filled it, which kills the JVM ("Out of space in
+      CodeCache"); the reservation is virtual memory, used only as code is compiled.
     """
     options = ["-Duser.timezone=UTC"]
     archive = config.spark.class_data_archive

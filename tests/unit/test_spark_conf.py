@@ -42,7 +42,7 @@ def test_the_codegen_cache_is_sized_from_config_not_sparks_default_of_100():
 def test_a_one_stage_driver_gets_the_c1_jit_and_a_session_driver_keeps_c2():
     config = load_config(overrides=["spark.class_data_archive=null"])
     assert session_conf(config, one_stage=True)["spark.driver.extraJavaOptions"] == (
-        "-Duser.timezone=UTC -XX:TieredStopAtLevel=1")
+        "-Duser.timezone=UTC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
     assert session_conf(config)["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC"
     plain = load_config(overrides=["spark.class_data_archive=null", "spark.one_stage_java_options="])
     assert driver_java_options(plain, one_stage=True) == "-Duser.timezone=UTC"
