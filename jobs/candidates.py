@@ -208,9 +208,6 @@ def _view_name(statement: str) -> str:
     return match.group(1) if match else ""
 
 
-ITEM_STATS_COLUMNS = ("stats_key", "statistic", "stats_as_of", "item_a", "item_b", "n")
-
-
 class _PeriodStatistics:
     """The item-item statistics of one period (``item_stats_hours`` > 1): from this session's cache,
     else from the ``item_statistics`` table, else computed here and then stored in it.
@@ -295,7 +292,8 @@ def _materialise(frame: DataFrame) -> DataFrame:
     """Compute now and cut the lineage (a local checkpoint, not ``persist``): the frame must not depend
     on this run's views, because replacing a temp view (``events``, ``past_events`` at the next run)
     uncaches every cached plan built on the old one). A local checkpoint lives on the executors that
-    computed it: on a cluster that removes executors (dynamic allocation) keep ``item_stats_hours`` 1."""
+    computed it: a long session on a cluster that removes executors (dynamic allocation) should set
+    ``item_stats_hours`` 1 (one process per stage, as the DAGs run, keeps nothing between runs)."""
     return frame.localCheckpoint(eager=True)
 
 
