@@ -238,11 +238,9 @@ class _PeriodStatistics:
     def stored_keys(self) -> set[str]:
         """The statistics in the table (its partitions), read from the Delta log: no Spark job."""
         if self._stored is None:
-            from pathlib import Path
+            from solaris.storage.tables import stored_partitions, table_exists
 
-            from solaris.storage.tables import stored_partitions
-
-            found = Path(self.path, "_delta_log").is_dir()
+            found = table_exists(self.spark, self.path)
             self._stored = stored_partitions(self.path, "stats_key") if found else set()
         return self._stored
 
