@@ -13,6 +13,15 @@ inside ``applyInPandas`` groups; a native Spark aggregation merges the global to
 Recall@k of the written neighbours against exact search on the query sample is computed in one
 more action, logged and recorded in ``runs`` with the times (``search_seconds``...).
 
+A population of at most ``enrichment.knn_driver_max_users`` users is searched on the driver
+instead (``search_on`` = ``driver`` in ``runs``): one action brings every user's vector, the same
+steps run in one process (``solaris.enrichment.knn.ivf_neighbours``: the same FAISS calls per
+cluster, so the same lists) and the recall check is exact search over everyone there. Why: an
+hourly tick has a few thousand users, where each Spark job of the distributed search (assign,
+search per cluster, merge, the recall's exact pass) costs more than the search itself; like a
+broadcast join, the threshold bounds what the driver holds, and larger populations keep the
+distributed path.
+
     solaris knn --as-of 2000-12-01T03:00:00Z
 """
 
@@ -60,6 +69,7 @@ class KnnResult:
     sample_recall: float | None = None
     recall_queries: int = 0
     index_reused: bool = False
+    search_on: str = "spark"  # "driver": the population fit knn_driver_max_users (see the module doc)
     index_seconds: float = 0.0
     search_seconds: float = 0.0
     recall_seconds: float = 0.0
@@ -71,6 +81,7 @@ class KnnResult:
                 f"recall_at_{self.k}": self.recall, "fm_version": self.fm_version,
                 "target_recall": self.target_recall, "sample_recall": self.sample_recall,
                 "recall_queries": self.recall_queries, "index_reused": self.index_reused,
+                "search_on": self.search_on,
                 "index_seconds": round(self.index_seconds, 3),
                 "search_seconds": round(self.search_seconds, 3), "recall_seconds": round(self.recall_seconds, 3),
                 "seconds": round(self.seconds, 3)}
@@ -94,6 +105,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     from solaris.storage.tables import RunRecord, with_commit_retry
     from solaris.udfs.knn import (
         ASSIGNMENT_SCHEMA,
+        CANDIDATE_LISTS_SCHEMA,
         CANDIDATE_SCHEMA,
         make_cluster_assigner,
         make_cluster_searcher,
@@ -118,7 +130,11 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         stored = _stored_indexes(index_dir)
         reuse = knn.reusable_index([(trained_at, users) for trained_at, users, _ in stored], as_of.timestamp(),
                                    n_users, enrichment.knn_index_hours)
-        train, held_out, (query_ids, query_vectors) = _driver_samples(vectors, n_users, enrichment, dim, config.seed,
+        on_driver = n_users <= enrichment.knn_driver_max_users
+        # on the driver path every user comes back (their vectors are the search's input); else only the samples
+        hashed = _hashed_vectors(vectors, config.seed,
+                                 None if on_driver else _sample_shares(n_users, enrichment, reuse is None))
+        train, held_out, (query_ids, query_vectors) = _driver_samples(hashed, n_users, enrichment, dim,
                                                                       with_training=reuse is None)
         if reuse is not None:
             centroids, nprobe, sample_recall = _load_index(stored[reuse][2])
@@ -135,23 +151,30 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         index_seconds = time.perf_counter() - index_start
 
         search_start = time.perf_counter()
-        centroids_b = spark.sparkContext.broadcast(centroids)
-        rows = vectors.mapInPandas(make_cluster_assigner(centroids_b, nprobe, dim), ASSIGNMENT_SCHEMA)
-        candidates = rows.groupBy("cluster_id").applyInPandas(make_cluster_searcher(k, dim), CANDIDATE_SCHEMA)
-        neighbors = (
-            _merge_candidates(candidates, k)
-            .select("user_id", "neighbor_ids", "similarities", "cluster_id",
-                    F.lit(as_of).cast("timestamp").alias("computed_at"), F.lit(fm_meta["version"]).alias("fm_version"),
-                    F.lit(run_id).alias("run_id"))
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+        local: _DriverSearch | None = None
+        if on_driver:
+            local = _driver_search(hashed, centroids, nprobe, k, dim)
+            found = spark.createDataFrame(local.lists, CANDIDATE_LISTS_SCHEMA)
+        else:
+            centroids_b = spark.sparkContext.broadcast(centroids)
+            rows = vectors.mapInPandas(make_cluster_assigner(centroids_b, nprobe, dim), ASSIGNMENT_SCHEMA)
+            candidates = rows.groupBy("cluster_id").applyInPandas(make_cluster_searcher(k, dim), CANDIDATE_SCHEMA)
+            found = _merge_candidates(candidates, k)
+        neighbors = found.select("user_id", "neighbor_ids", "similarities", "cluster_id",
+                                 F.lit(as_of).cast("timestamp").alias("computed_at"),
+                                 F.lit(fm_meta["version"]).alias("fm_version"), F.lit(run_id).alias("run_id"))
+        if local is None:  # the recall check reads the Spark search's lists again
+            neighbors = neighbors.persist(StorageLevel.MEMORY_AND_DISK)
         path = config.table_path("user_neighbors")
-        with_commit_retry(lambda: neighbors.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-                          .save(path), f"overwrite {path}")
+        write = neighbors.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        with_commit_retry(lambda: write.save(path), f"overwrite {path}")
         search_seconds = time.perf_counter() - search_start
 
         recall_start = time.perf_counter()
-        recall = _recall(spark, vectors, neighbors, query_ids, query_vectors, k, dim)
+        if local is not None:
+            recall = _driver_recall(local, query_ids, query_vectors, k)
+        else:
+            recall = _recall(spark, vectors, neighbors, query_ids, query_vectors, k, dim)
         recall_seconds = time.perf_counter() - recall_start
         version, rows_out = _written(spark, path)
         record.rows_in, record.rows_out = n_users, rows_out
@@ -159,6 +182,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         result = KnnResult(users=n_users, clusters=int(centroids.shape[0]), nprobe=nprobe, k=k, recall=recall,
                            fm_version=fm_meta["version"], target_recall=enrichment.knn_target_recall,
                            sample_recall=sample_recall, recall_queries=len(query_ids), index_reused=reuse is not None,
+                           search_on="driver" if on_driver else "spark",
                            index_seconds=index_seconds, search_seconds=search_seconds, recall_seconds=recall_seconds,
                            seconds=time.perf_counter() - started)
         record.details = result.details()
@@ -170,7 +194,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             log.warning("knn recall@%d %.3f is below the target %.3f", k, recall, enrichment.knn_target_recall)
         return result
     finally:
-        if neighbors is not None:
+        if neighbors is not None and neighbors.is_cached:
             neighbors.unpersist()
         if owned:
             vectors.unpersist()
@@ -232,28 +256,42 @@ def _uniform(seed: int) -> Column:
     return F.pmod(F.xxhash64(F.lit(seed), F.col("user_id")), F.lit(1 << 40)) / float(1 << 40)
 
 
-def _driver_samples(vectors: DataFrame, n_users: int, enrichment: EnrichmentConfig, dim: int, seed: int,
+def _sample_shares(n_users: int, enrichment: EnrichmentConfig, with_training: bool) -> tuple[float, float, float]:
+    """The hash thresholds of :func:`_driver_samples`: (train, held out, query) shares of the users."""
+    train_share = min(1.0, enrichment.knn_sample / n_users) if with_training else 0.0
+    held_share = min(1.0 - train_share, 0.5 * enrichment.knn_sample / n_users) if with_training else 0.0
+    query_share = min(1.0, 3.0 * enrichment.knn_recall_sample / n_users)  # oversampled, cut below
+    return train_share, held_share, query_share
+
+
+def _hashed_vectors(vectors: DataFrame, seed: int, shares: tuple[float, float, float] | None) -> pd.DataFrame:
+    """One action: ``user_id``, ``vector`` and the two sample hashes of every user (``shares`` None)
+    or of the users some sample of :func:`_driver_samples` may take (its thresholds)."""
+    from pyspark.sql import functions as F
+
+    frame = vectors.select("user_id", "vector", _uniform(seed).alias("u_train"), _uniform(seed + 1).alias("u_query"))
+    if shares is not None:
+        train_share, held_share, query_share = shares
+        frame = frame.where((F.col("u_train") < train_share + held_share) | (F.col("u_query") < query_share))
+    return frame.toPandas()
+
+
+def _driver_samples(frame: pd.DataFrame, n_users: int, enrichment: EnrichmentConfig, dim: int,
                     with_training: bool = True) -> tuple[np.ndarray, np.ndarray | None, tuple[np.ndarray, np.ndarray]]:
-    """One action brings the driver ``(train, held_out, (query_ids, query_vectors))``.
+    """``(train, held_out, (query_ids, query_vectors))`` from :func:`_hashed_vectors`' rows.
 
     ``train``: <= ``knn_sample`` users for k-means; ``held_out``: when that is not everyone, up to
     ``knn_sample / 2`` other users (never in ``train``) on which nprobe is chosen
     (``solaris.enrichment.knn.choose_nprobe``); the recall query sample: ``knn_recall_sample`` users drawn
     independently. All chosen by seeded hashes of the user id and sorted by id, so the same users
-    whatever the partitioning. ``with_training=False`` (a stored index is reused): the query sample only.
+    whatever the partitioning, and whether ``frame`` holds every user or only the sampled ones.
+    ``with_training=False`` (a stored index is reused): the query sample only.
     """
     import numpy as np
-    from pyspark.sql import functions as F
 
     from solaris.storage.embedding_codec import decode
 
-    train_share = min(1.0, enrichment.knn_sample / n_users) if with_training else 0.0
-    held_share = min(1.0 - train_share, 0.5 * enrichment.knn_sample / n_users) if with_training else 0.0
-    query_share = min(1.0, 3.0 * enrichment.knn_recall_sample / n_users)  # oversampled, cut below
-    frame: pd.DataFrame = (
-        vectors.select("user_id", "vector", _uniform(seed).alias("u_train"), _uniform(seed + 1).alias("u_query"))
-        .where((F.col("u_train") < train_share + held_share) | (F.col("u_query") < query_share)).toPandas()
-    )
+    train_share, held_share, query_share = _sample_shares(n_users, enrichment, with_training)
 
     def vectors_of(rows: pd.DataFrame) -> np.ndarray:
         return decode(rows.sort_values("user_id")["vector"].tolist(), dim)
@@ -266,6 +304,45 @@ def _driver_samples(vectors: DataFrame, n_users: int, enrichment: EnrichmentConf
     queries = queries.sort_values("user_id")
     return (vectors_of(train), vectors_of(held_out) if len(held_out) >= 2 else None,
             (queries["user_id"].to_numpy(np.int64), decode(queries["vector"].tolist(), dim)))
+
+
+@dataclass(frozen=True)
+class _DriverSearch:
+    """Every user's id (ascending) and vector, and their neighbour lists (``CANDIDATE_LISTS_SCHEMA``)."""
+
+    ids: np.ndarray
+    vectors: np.ndarray
+    lists: pd.DataFrame
+
+
+def _driver_search(frame: pd.DataFrame, centroids: np.ndarray, nprobe: int, k: int, dim: int) -> _DriverSearch:
+    """The distributed search's steps in this process, for every user of ``frame`` (see the module doc)."""
+    import numpy as np
+    import pandas as pd
+
+    from solaris.enrichment import knn
+    from solaris.storage.embedding_codec import decode
+
+    ordered = frame.sort_values("user_id")
+    ids = ordered["user_id"].to_numpy(np.int64)
+    vectors = decode(ordered["vector"].tolist(), dim)
+    found, sims, home = knn.ivf_neighbours(ids, vectors, centroids, nprobe, k)
+    valid = found >= 0  # padding of users with fewer than k candidates, dropped as the Spark merge drops it
+    lists = pd.DataFrame({"user_id": ids, "neighbor_ids": [row[keep] for row, keep in zip(found, valid, strict=True)],
+                          "similarities": [row[keep] for row, keep in zip(sims, valid, strict=True)],
+                          "cluster_id": home.astype(np.int64)})
+    return _DriverSearch(ids, vectors, lists)
+
+
+def _driver_recall(local: _DriverSearch, query_ids: np.ndarray, query_vectors: np.ndarray, k: int) -> float:
+    """Recall@k of the driver search's lists against exact search over every user, on the query sample."""
+    import numpy as np
+
+    from solaris.enrichment import knn
+
+    truth = knn.exact_topk(local.ids, local.vectors, query_ids, query_vectors, k)
+    rows = np.searchsorted(local.ids, query_ids)
+    return float(knn.recall_at_k([local.lists["neighbor_ids"].iloc[row] for row in rows], truth))
 
 
 def _merge_candidates(candidates: DataFrame, k: int) -> DataFrame:

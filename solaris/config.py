@@ -54,7 +54,9 @@ class _Strict(BaseModel):
 class SparkConfig(_Strict):
     master: str = "local[*]"
     app_name_prefix: str = "solaris"
-    shuffle_partitions: int = Field(8, ge=1)
+    # spark.sql.shuffle.partitions; null: one per thread of a local master, 8 on a cluster (why:
+    # solaris/spark.py shuffle_partitions).
+    shuffle_partitions: int | None = Field(None, ge=1)
     driver_memory: str = "4g"
     ui_enabled: bool = False
     # Adaptive query execution (spark.sql.adaptive.enabled); why it is on: solaris/spark.py.
@@ -338,6 +340,9 @@ class EnrichmentConfig(_Strict):
     knn_sample: int = Field(100_000, ge=100)  # users sampled to train k-means
     knn_recall_sample: int = Field(500, ge=10)  # queries checked against exact search
     knn_index_hours: float = Field(24, ge=0)  # k-means centroids + nprobe reused this long (0: retrained every run)
+    # Populations up to this size are searched on the driver, larger ones as Spark groups (0: always
+    # Spark); same lists either way. Why: jobs/knn.py.
+    knn_driver_max_users: int = Field(50_000, ge=0)
     min_neighbors: int = Field(2, ge=1)
     min_similarity: float = Field(0.0, ge=-1, le=1)
     neighbor_pairs: bool = True  # tier 2: serve a missing pair from the user's neighbours' pairs of that item

@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,10 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 DELTA_JAR_PATTERNS = ("delta-spark_*.jar", "delta-storage-*.jar")
+# Shuffle partitions on a cluster master when the config leaves them to the factory (the value this
+# project used for every master before the local rule below).
+CLUSTER_SHUFFLE_PARTITIONS = 8
+_LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
 
 
 class SparkSetupError(RefusedError):
@@ -45,6 +50,34 @@ def delta_jars(jars_dir: str | os.PathLike) -> list[str]:
             )
         found.append(matches[-1])
     return found
+
+
+def local_threads(master: str) -> int | None:
+    """Worker threads of a local master (``local`` 1, ``local[N]`` / ``local[N,F]`` N, ``local[*]``
+    the machine's cores); None for any other master (a cluster, ``local-cluster[...]``)."""
+    match = _LOCAL_MASTER.match(master.strip())
+    if match is None:
+        return None
+    threads = match.group(1)
+    if threads is None:
+        return 1
+    return (os.cpu_count() or 1) if threads == "*" else max(1, int(threads))
+
+
+def shuffle_partitions(config: SolarisConfig, master: str) -> int:
+    """``spark.sql.shuffle.partitions`` for a session on ``master``: the config's value when set, else
+    one partition per thread of a local master and :data:`CLUSTER_SHUFFLE_PARTITIONS` on a cluster.
+
+    Why one per local thread: an hourly tick shuffles tables of thousands to a few hundred thousand
+    rows, where every partition costs a task's fixed overhead (scheduling, a Python worker's batch
+    for the pandas UDFs, a file per Delta write) and more partitions than threads only run in extra
+    waves. A local session on inputs far larger than a tick (``bench/pipeline.py`` at tens of
+    millions of events) sets more partitions explicitly, so each task's share fits in memory.
+    """
+    if config.spark.shuffle_partitions is not None:
+        return config.spark.shuffle_partitions
+    threads = local_threads(master)
+    return CLUSTER_SHUFFLE_PARTITIONS if threads is None else threads
 
 
 def driver_java_options(config: SolarisConfig, one_stage: bool = False) -> str:
@@ -81,8 +114,10 @@ def session_conf(config: SolarisConfig, master: str | None = None, one_stage: bo
 
     ``one_stage``: the process runs one hourly stage and exits (:func:`driver_java_options`).
     """
+    master = master or config.spark.master
+    partitions = shuffle_partitions(config, master)
     conf = {
-        "spark.master": master or config.spark.master,
+        "spark.master": master,
         "spark.jars": ",".join(delta_jars(config.spark.jars_dir)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -91,14 +126,14 @@ def session_conf(config: SolarisConfig, master: str | None = None, one_stage: bo
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(config.spark.arrow_max_records_per_batch),
-        "spark.sql.shuffle.partitions": str(config.spark.shuffle_partitions),
+        "spark.sql.shuffle.partitions": str(partitions),
         "spark.ui.enabled": str(config.spark.ui_enabled).lower(),
         "spark.driver.memory": config.spark.driver_memory,
         "spark.sql.warehouse.dir": str(Path(config.warehouse) / "_spark_sql"),
         "spark.ui.showConsoleProgress": "false",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         # Delta rebuilds table state with this many tasks (default 50: pure overhead on small tables).
-        "spark.databricks.delta.snapshotPartitions": str(max(2, config.spark.shuffle_partitions)),
+        "spark.databricks.delta.snapshotPartitions": str(max(2, partitions)),
         # Adaptive query execution re-plans a query between its shuffle stages, each of which then
         # runs as its own Spark job. On small tables that means more jobs but not a slower tick
         # (measured in BENCHMARKS.md), and large inputs need its run-time partition, skew and join
@@ -146,6 +181,11 @@ def get_spark(config: SolarisConfig, app_name: str, master: str | None = None,
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     _check_delta_loaded(spark)
+    actual = spark.sparkContext.master or conf["spark.master"]
+    if actual != conf["spark.master"]:  # spark-submit's --master: partitions follow the master that runs
+        partitions = shuffle_partitions(config, actual)
+        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+        spark.conf.set("spark.databricks.delta.snapshotPartitions", str(max(2, partitions)))
     spark.sparkContext.setLogLevel("WARN")
     log.info("spark session %s master=%s", spark.sparkContext.applicationId, spark.sparkContext.master)
     return spark

@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
 REPRESENTATION_SCHEMA = "user_id bigint, vector binary"
 ASSIGNMENT_SCHEMA = "user_id bigint, vector binary, cluster_id bigint, is_member boolean"
 CANDIDATE_SCHEMA = "user_id bigint, home_cluster bigint, neighbor_ids array<bigint>, similarities array<float>"
+# one row per user after the merge: its best k (fewer when its clusters hold fewer) and its own cluster
+CANDIDATE_LISTS_SCHEMA = "user_id bigint, neighbor_ids array<bigint>, similarities array<float>, cluster_id bigint"
 PARTIAL_SCHEMA = "query bigint, neighbor bigint, similarity float"
 
 

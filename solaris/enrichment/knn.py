@@ -214,11 +214,25 @@ def ivf_search(ids: np.ndarray, vectors: np.ndarray, centroids: np.ndarray, npro
 
     Members of a cluster = users whose nearest centroid it is; each cluster is searched exactly for
     all the users probing it in one batch (:func:`search`), then each user's candidates are
-    merged. ``jobs/knn`` runs the same steps with clusters as Spark groups; this version is what
-    the unit tests and ``bench/knn.py`` check against exact search.
+    merged. ``jobs/knn`` runs the same steps with clusters as Spark groups (or calls
+    :func:`ivf_neighbours` on the driver for a small population); this version is what the unit
+    tests and ``bench/knn.py`` check against exact search.
+    """
+    found, sims, _ = ivf_neighbours(ids, vectors, centroids, nprobe, k)
+    return found, sims
+
+
+def ivf_neighbours(ids: np.ndarray, vectors: np.ndarray, centroids: np.ndarray, nprobe: int,
+                   k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`ivf_search` plus each user's home cluster (the one it is a member of).
+
+    Why the vectors are passed on as given (each step normalises its own inputs): the Spark stage
+    hands the decoded vectors to the same :func:`nearest_clusters` and :func:`search` calls, cluster
+    by cluster, with the queries in user-id order; with ``ids`` ascending, this function repeats
+    that arithmetic exactly, so the driver path of ``jobs/knn`` writes the same lists.
     """
     ids = np.asarray(ids, dtype=np.int64)
-    vectors = normalize(vectors)
+    vectors = np.asarray(vectors, dtype=np.float32)
     probes = nearest_clusters(vectors, centroids, nprobe)
     n, p = probes.shape
     home = probes[:, 0]
@@ -244,7 +258,7 @@ def ivf_search(ids: np.ndarray, vectors: np.ndarray, centroids: np.ndarray, npro
     for start in range(0, n, 65536):
         rows = slice(start, start + 65536)
         out_ids[rows], out_sims[rows] = _sort_rows(cand_ids[rows], cand_sims[rows], k)
-    return out_ids, out_sims
+    return out_ids, out_sims, home
 
 
 def reusable_index(trained: Sequence[tuple[float, int]], as_of_s: float, n_users: int, max_age_hours: float,

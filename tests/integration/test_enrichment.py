@@ -241,3 +241,33 @@ def test_a_tick_represents_its_users_once_for_retrieval_and_knn(spark, replayed)
     assert len(shared) > 2 and not spark_features._TICK_VECTORS
     alone.unpersist()
     lane.unpersist()
+
+
+def test_knn_on_the_driver_writes_the_lists_of_the_distributed_search(spark, replayed, tmp_path):
+    """Under enrichment.knn_driver_max_users the search runs on the driver: on the same vectors and
+    stored index it writes the same neighbour lists, similarities and clusters as the Spark groups."""
+    import shutil
+
+    from solaris.jobs import knn
+
+    config, _ = replayed
+    warehouse = tmp_path / "warehouse"
+    shutil.copytree(config.warehouse, warehouse)
+    as_of = T0 + timedelta(hours=2)
+
+    def search(max_users: int):
+        settings = config.model_copy(update={
+            "warehouse": warehouse,
+            "enrichment": config.enrichment.model_copy(update={"knn_driver_max_users": max_users})})
+        result = knn.run(spark, settings, as_of, f"knn-{max_users}")
+        rows = sorted((row.user_id, list(row.neighbor_ids), list(row.similarities), row.cluster_id)
+                      for row in _table(spark, settings, "user_neighbors").collect())
+        return result, rows
+
+    distributed, spark_lists = search(0)
+    local, driver_lists = search(10_000)
+    assert (distributed.search_on, local.search_on) == ("spark", "driver")
+    assert local.index_reused and (local.clusters, local.nprobe) == (distributed.clusters, distributed.nprobe)
+    assert len(driver_lists) == distributed.users > 2 and any(len(row[1]) == 5 for row in driver_lists)
+    assert driver_lists == spark_lists
+    assert local.recall == pytest.approx(distributed.recall, abs=1e-9)

@@ -170,3 +170,34 @@ def test_a_stored_index_is_reused_only_within_its_cadence_never_from_the_future_
     assert reusable_index(stored, 6 * hour, 1050, 24) == 1
     assert reusable_index(stored, 6 * hour, 1000, 0) is None  # cadence 0: every run trains
     assert reusable_index([], 6 * hour, 1000, 24) is None
+
+
+def test_the_samples_are_the_same_from_every_user_or_only_the_hash_selected_ones():
+    """The driver path collects every user, the Spark path only those under the sample thresholds:
+    both must draw the same training, held-out and query users."""
+    import pandas as pd
+
+    from solaris.config import load_config
+    from solaris.jobs.knn import _driver_samples, _sample_shares
+    from solaris.storage.embedding_codec import encode_arrow
+
+    enrichment = load_config(overrides=["enrichment.knn_sample=300", "enrichment.knn_recall_sample=40"]).enrichment
+    rng = np.random.default_rng(5)
+    n, dim = 2000, 8
+    vectors = normalize(rng.normal(size=(n, dim)).astype(np.float32))
+    every = pd.DataFrame({"user_id": rng.permutation(n).astype(np.int64) + 100,
+                          "vector": encode_arrow(vectors).to_pylist(),
+                          "u_train": rng.random(n), "u_query": rng.random(n)})
+    for with_training in (True, False):
+        train_share, held_share, query_share = _sample_shares(n, enrichment, with_training)
+        selected = every[(every.u_train < train_share + held_share) | (every.u_query < query_share)]
+        assert len(selected) < n
+        full = _driver_samples(every, n, enrichment, dim, with_training)
+        part = _driver_samples(selected, n, enrichment, dim, with_training)
+        np.testing.assert_array_equal(full[0], part[0])
+        assert (full[1] is None) == (part[1] is None)
+        if full[1] is not None:
+            np.testing.assert_array_equal(full[1], part[1])
+        np.testing.assert_array_equal(full[2][0], part[2][0])
+        np.testing.assert_array_equal(full[2][1], part[2][1])
+        assert len(full[2][0]) == 40 and (len(full[0]) == 300) == with_training

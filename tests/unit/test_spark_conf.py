@@ -1,9 +1,18 @@
+import os
 from pathlib import Path
 
 import pytest
 
 from solaris.config import load_config
-from solaris.spark import SparkSetupError, delta_jars, driver_java_options, session_conf
+from solaris.spark import (
+    CLUSTER_SHUFFLE_PARTITIONS,
+    SparkSetupError,
+    delta_jars,
+    driver_java_options,
+    local_threads,
+    session_conf,
+    shuffle_partitions,
+)
 
 
 def test_session_conf_has_delta_utc_arrow_and_local_jars():
@@ -60,3 +69,23 @@ def test_the_class_data_archive_is_used_only_when_set_up_wrote_it(tmp_path):
 def test_a_relative_class_data_archive_is_anchored_like_the_jars(tmp_path):
     config = load_config(overrides=["spark.class_data_archive=jars/spark-classes.jsa"])
     assert config.spark.class_data_archive == str(Path(config.spark.jars_dir) / "spark-classes.jsa")
+
+
+@pytest.mark.parametrize(("master", "threads"), [
+    ("local", 1), ("local[3]", 3), ("local[4,2]", 4), ("local[*]", os.cpu_count() or 1),
+    ("spark://host:7077", None), ("yarn", None), ("k8s://https://api:6443", None), ("local-cluster[2,1,1024]", None),
+])
+def test_local_threads_are_read_from_the_master(master, threads):
+    assert local_threads(master) == threads
+
+
+def test_shuffle_partitions_follow_a_local_masters_threads_unless_the_config_sets_them():
+    config = load_config()
+    assert config.spark.shuffle_partitions is None
+    assert session_conf(config, master="local[3]")["spark.sql.shuffle.partitions"] == "3"
+    assert session_conf(config, master="yarn")["spark.sql.shuffle.partitions"] == str(CLUSTER_SHUFFLE_PARTITIONS)
+    # Delta's snapshot rebuild follows them, never below two tasks
+    assert session_conf(config, master="local[1]")["spark.databricks.delta.snapshotPartitions"] == "2"
+    fixed = load_config(overrides=["spark.shuffle_partitions=16"])
+    assert shuffle_partitions(fixed, "local[2]") == 16
+    assert session_conf(fixed, master="yarn")["spark.databricks.delta.snapshotPartitions"] == "16"
