@@ -294,9 +294,9 @@ _AUDIT_BUFFER: list[tuple] | None = None
 
 @contextmanager
 def batched_audit(spark: "SparkSession", config: SolarisConfig) -> Iterator[None]:
-    """Write the ``runs`` rows of every stage inside the block in one MERGE when it ends.
+    """Write the ``runs`` rows of every stage inside the block in one commit when it ends.
 
-    Why: a MERGE into ``runs`` is a Delta commit with several Spark jobs, a fixed cost of seconds
+    Why: a write into ``runs`` is a Delta commit with several Spark jobs, a fixed cost of seconds
     that dwarfed most stages' real work when each of a tick's ten stages wrote its own. An
     in-process cycle (:func:`solaris.pipeline.run_cycle`) writes them together; the rows, keys and
     idempotency are unchanged, and they are written also when a stage fails (nothing is lost). A
@@ -336,10 +336,16 @@ def _runs_schema() -> StructType:
 
 
 def _write_runs(spark: "SparkSession", config: SolarisConfig, rows: list[tuple]) -> None:
+    """Replace the rows of these ``(run_id, job)`` keys with ``rows`` in one commit (an upsert on the key).
+
+    Why a replaceWhere on the keys and not a MERGE: the rows are a handful of new keys (or a rerun's
+    same keys), and a MERGE runs a join of them against the whole table in several Spark jobs, while
+    a replaceWhere skips every file whose run_id statistics exclude the keys and rewrites only the
+    files that hold one. Same rows, same idempotency: a rerun's row replaces the earlier one.
+    """
     latest = {(row[0], row[1]): row for row in rows}  # a stage redone in the block: its last row wins
-    merge_into(
-        spark.createDataFrame(list(latest.values()), _runs_schema()), config.table_path("runs"), keys=["run_id", "job"]
-    )
+    keys = " OR ".join(f"(run_id = '{_sql_str(run_id)}' AND job = '{_sql_str(job)}')" for run_id, job in sorted(latest))
+    replace_where(spark.createDataFrame(list(latest.values()), _runs_schema()), config.table_path("runs"), keys)
 
 
 @dataclass
