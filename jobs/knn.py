@@ -13,8 +13,9 @@ inside ``applyInPandas`` groups; a native Spark aggregation merges the global to
 Recall@k of the written neighbours against exact search on the query sample is computed in one
 more action, logged and recorded in ``runs`` with the times (``search_seconds``...).
 
-A population of at most ``enrichment.knn_driver_max_users`` users is searched on the driver
-instead (``search_on`` = ``driver`` in ``runs``): one action brings every user's vector, the same
+A population of at most ``enrichment.knn_driver_max_users`` users (and whose candidate lists fit
+``solaris.enrichment.knn.fits_driver``) is searched on the driver instead (``search_on`` = ``driver``
+in ``runs``): one action brings every user's vector, the same
 steps run in one process (``solaris.enrichment.knn.ivf_neighbours``: the same FAISS calls per
 cluster, so the same lists) and the recall check is exact search over everyone there. Why: an
 hourly tick has a few thousand users, where each Spark job of the distributed search (assign,
@@ -148,6 +149,10 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             _save_index(index_dir, as_of, n_users, centroids, nprobe, sample_recall)
         if enrichment.knn_nprobe:
             nprobe = min(enrichment.knn_nprobe, centroids.shape[0])
+        if on_driver and not knn.fits_driver(n_users, nprobe, k, enrichment.knn_driver_max_users):
+            log.info("knn: %d users x nprobe %d x k %d candidates exceed the driver's bound: searching in Spark",
+                     n_users, nprobe, k)
+            on_driver = False
         index_seconds = time.perf_counter() - index_start
 
         search_start = time.perf_counter()

@@ -208,6 +208,22 @@ def choose_nprobe(population: np.ndarray, centroids: np.ndarray, k: int, target:
     return smallest_nprobe(curve, target), curve
 
 
+# Candidate entries (user x probed cluster x k, an id and a similarity each) the driver path of
+# jobs/knn may hold at once: 12 bytes each, so at most ~300 MB whatever the population and nprobe.
+DRIVER_CANDIDATES_MAX = 25_000_000
+
+
+def fits_driver(n_users: int, nprobe: int, k: int, max_users: int) -> bool:
+    """Whether ``jobs/knn`` searches on the driver: at most ``max_users`` users
+    (``enrichment.knn_driver_max_users``) and their candidate lists within :data:`DRIVER_CANDIDATES_MAX`.
+
+    Why both: the vectors the driver collects grow with the users, the candidates it merges with
+    users x nprobe x k, and nprobe is chosen from the recall target, so a hard population could ask
+    for many probes; then the distributed search runs instead.
+    """
+    return 0 < n_users <= max_users and n_users * nprobe * k <= DRIVER_CANDIDATES_MAX
+
+
 def ivf_search(ids: np.ndarray, vectors: np.ndarray, centroids: np.ndarray, nprobe: int,
                k: int) -> tuple[np.ndarray, np.ndarray]:
     """The stage's algorithm in one process: every user searched in its ``nprobe`` nearest clusters.

@@ -27,6 +27,7 @@ def test_batched_audit_writes_every_row_in_one_commit_also_when_a_stage_fails(sp
     # a rerun's row replaces the earlier one of its (run_id, job), the other keys are untouched
     RunRecord(run_id="r1", job="score", as_of=None, rows_out=7).write(spark, config, "success")
     rows = sorted((r.run_id, r.job, r.status, r.rows_out) for r in spark.read.format("delta").load(path).collect())
-    assert rows == [("r1", "candidates", "success", 5), ("r1", "score", "success", 7), ("r2", "candidates", "success", 0)]
+    assert rows == [("r1", "candidates", "success", 5), ("r1", "score", "success", 7),
+                    ("r2", "candidates", "success", 0)]
     assert table_version(spark, path) == 2
     assert table_version(spark, config.table_path("events")) is None

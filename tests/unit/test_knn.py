@@ -201,3 +201,14 @@ def test_the_samples_are_the_same_from_every_user_or_only_the_hash_selected_ones
         np.testing.assert_array_equal(full[2][0], part[2][0])
         np.testing.assert_array_equal(full[2][1], part[2][1])
         assert len(full[2][0]) == 40 and (len(full[0]) == 300) == with_training
+
+
+def test_the_driver_searches_only_populations_whose_vectors_and_candidates_it_can_hold():
+    from solaris.enrichment.knn import DRIVER_CANDIDATES_MAX, fits_driver
+
+    assert fits_driver(5_000, 7, 10, max_users=50_000)
+    assert not fits_driver(60_000, 7, 10, max_users=50_000)  # too many users to collect
+    assert not fits_driver(5_000, 7, 10, max_users=0)  # 0: always the distributed search
+    many_probes = DRIVER_CANDIDATES_MAX // (40_000 * 10) + 1
+    assert not fits_driver(40_000, many_probes, 10, max_users=50_000)  # candidate lists beyond the bound
+    assert fits_driver(40_000, many_probes - 1, 10, max_users=50_000)
