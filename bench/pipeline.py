@@ -107,7 +107,10 @@ def run_scale(spark_holder: dict, n_events: int, args, model_roots: tuple[Path, 
         # its untrained models have no speculator: the rule sources and the relevance rule, pinned so the
         # figures stay comparable with the earlier runs in BENCHMARKS.md (the default would fall back anyway)
         "precompute.candidates.sources=[cooc, trending, recent]", "precompute.candidates.blend=hand",
-        "precompute.verifier.rule=relevance", *args.overrides])
+        "precompute.verifier.rule=relevance",
+        # the distributed KNN search at every scale: the driver's (enrichment.knn_driver_max_users) would
+        # serve the smaller scales only, so the growth exponent would compare two different searches
+        "enrichment.knn_driver_max_users=0", *args.overrides])
     for source, name in zip(model_roots, ("fm", "vm_baseline"), strict=True):
         shutil.copytree(source, warehouse / "models" / name)
     spark = spark_holder.get("spark") or get_spark(config, "bench-pipeline")
