@@ -80,6 +80,14 @@ def shuffle_partitions(config: SolarisConfig, master: str) -> int:
     return CLUSTER_SHUFFLE_PARTITIONS if threads is None else threads
 
 
+def partition_conf(config: SolarisConfig, master: str) -> dict[str, str]:
+    """The Spark settings that follow :func:`shuffle_partitions` for ``master``: the shuffles, and the
+    tasks Delta rebuilds a table's state with (its default of 50 is pure overhead on small tables)."""
+    partitions = shuffle_partitions(config, master)
+    return {"spark.sql.shuffle.partitions": str(partitions),
+            "spark.databricks.delta.snapshotPartitions": str(max(2, partitions))}
+
+
 def driver_java_options(config: SolarisConfig, one_stage: bool = False) -> str:
     """``spark.driver.extraJavaOptions`` of a driver JVM this package starts or has spark-submit start.
 
@@ -115,7 +123,6 @@ def session_conf(config: SolarisConfig, master: str | None = None, one_stage: bo
     ``one_stage``: the process runs one hourly stage and exits (:func:`driver_java_options`).
     """
     master = master or config.spark.master
-    partitions = shuffle_partitions(config, master)
     conf = {
         "spark.master": master,
         "spark.jars": ",".join(delta_jars(config.spark.jars_dir)),
@@ -126,14 +133,12 @@ def session_conf(config: SolarisConfig, master: str | None = None, one_stage: bo
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(config.spark.arrow_max_records_per_batch),
-        "spark.sql.shuffle.partitions": str(partitions),
+        **partition_conf(config, master),
         "spark.ui.enabled": str(config.spark.ui_enabled).lower(),
         "spark.driver.memory": config.spark.driver_memory,
         "spark.sql.warehouse.dir": str(Path(config.warehouse) / "_spark_sql"),
         "spark.ui.showConsoleProgress": "false",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
-        # Delta rebuilds table state with this many tasks (default 50: pure overhead on small tables).
-        "spark.databricks.delta.snapshotPartitions": str(max(2, partitions)),
         # Adaptive query execution re-plans a query between its shuffle stages, each of which then
         # runs as its own Spark job. On small tables that means more jobs but not a slower tick
         # (measured in BENCHMARKS.md), and large inputs need its run-time partition, skew and join
@@ -183,9 +188,8 @@ def get_spark(config: SolarisConfig, app_name: str, master: str | None = None,
     _check_delta_loaded(spark)
     actual = spark.sparkContext.master or conf["spark.master"]
     if actual != conf["spark.master"]:  # spark-submit's --master: partitions follow the master that runs
-        partitions = shuffle_partitions(config, actual)
-        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-        spark.conf.set("spark.databricks.delta.snapshotPartitions", str(max(2, partitions)))
+        for key, value in partition_conf(config, actual).items():
+            spark.conf.set(key, value)
     spark.sparkContext.setLogLevel("WARN")
     log.info("spark session %s master=%s", spark.sparkContext.applicationId, spark.sparkContext.master)
     return spark
