@@ -315,9 +315,9 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         users: DataFrame | None = None) -> CandidatesResult:
     """Speculate and replace this run's rows; ``users`` (a ``user_id`` frame) restricts it to them
     (the fast lane: same sources, blend and caps, fewer users)."""
-    from pyspark.sql import functions as F
+    import pyarrow.compute as pc
 
-    from solaris.storage.tables import RunRecord, replace_where, table_version
+    from solaris.storage.tables import RunRecord, replace_where, run_rows, table_version
 
     record = RunRecord(run_id=run_id, job="candidates", as_of=as_of)
     speculator = load_speculator(config, as_of)
@@ -329,20 +329,18 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         replace_where(frame, path, f"run_id = '{run_id}'", partition_by=["run_date"])
     finally:
         release_cached()
-    written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id)
-    # per source and in total (the rollup's grand-total row) in one Spark job
-    rows = written.rollup("source").agg(F.grouping("source").alias("total"), F.count("*").alias("pairs"),
-                                        F.countDistinct("user_id").alias("users")).collect()
-    stats = next((row for row in rows if row["total"]), {"pairs": 0, "users": 0})
-    by_source = {row["source"]: row["pairs"] for row in rows if not row["total"]}
-    record.rows_out = int(stats["pairs"])
+    written = run_rows(spark, path, run_id, ("source", "user_id"))
+    pairs, n_users = written.num_rows, len(pc.unique(written.column("user_id")))
+    by_source = {str(entry["values"]): int(entry["counts"])
+                 for entry in sorted(pc.value_counts(written.column("source")).to_pylist(),
+                                     key=lambda entry: str(entry["values"]))}
+    record.rows_out = pairs
     record.table_versions["candidates"] = table_version(spark, path)
-    record.details = {"users": int(stats["users"]), "by_source": by_source, "blend": blend,
+    record.details = {"users": n_users, "by_source": by_source, "blend": blend,
                       "request_model": None if speculator is None else speculator.version}
     record.write(spark, config, "success")
-    log.info("candidates at %s: %d pairs for %d users, blend %s %s", as_of, stats["pairs"], stats["users"], blend,
-             by_source)
-    return CandidatesResult(pairs=int(stats["pairs"]), users=int(stats["users"]), by_source=by_source, blend=blend)
+    log.info("candidates at %s: %d pairs for %d users, blend %s %s", as_of, pairs, n_users, blend, by_source)
+    return CandidatesResult(pairs=pairs, users=n_users, by_source=by_source, blend=blend)
 
 
 def main(argv: list[str] | None = None) -> int:

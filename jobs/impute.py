@@ -104,7 +104,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     from pyspark.sql import functions as F
 
     from solaris.runtime import JobInputError
-    from solaris.storage.tables import RunRecord, merge_if_new_run, table_exists, table_version
+    from solaris.storage.tables import RunRecord, merge_if_new_run, run_rows, table_exists, table_version
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="impute", as_of=as_of)
@@ -137,13 +137,10 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
               for name, kind in (column.split() for column in SCHEMA.split(", "))])
         path = config.table_path("imputed_embeddings")
         merge_if_new_run(imputed, path, keys=["user_id"])
-        # both counts in one Spark job: users without an aggregate (cached pass) and rows this run holds
-        written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id)
-        counts = per_user.agg(F.count("*").alias("missing")).crossJoin(written.agg(F.count("*").alias("written")))
-        stats = counts.collect()[0]
+        n_missing = per_user.count()  # users without an aggregate (the cached pass)
     finally:
         per_user.unpersist()
-    n_missing, n_written = int(stats["missing"]), int(stats["written"])
+    n_written = run_rows(spark, path, run_id).num_rows
     record.rows_in, record.rows_out = n_missing, n_written
     record.table_versions = {"imputed_embeddings": table_version(spark, path)}
     result = ImputeResult(users_without_aggregate=n_missing, imputed=n_written, not_imputable=n_missing - n_written)

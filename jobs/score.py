@@ -77,7 +77,14 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
 
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
     from solaris.precompute.spark_features import candidate_features
-    from solaris.storage.tables import RunRecord, merge_if_new_run, replace_where, table_version, write_quarantine
+    from solaris.storage.tables import (
+        RunRecord,
+        merge_if_new_run,
+        replace_where,
+        run_rows,
+        table_version,
+        write_quarantine,
+    )
     from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
     pre = config.precompute
@@ -96,7 +103,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     candidates = spark.read.format("delta").load(candidates_path).where(F.col("run_id") == run_id)
     verifier = pre.verifier
     if verifier.rule == "request" and ("request_score" not in candidates.columns
-                                       or not candidates.where(F.col("request_score").isNotNull()).limit(1).count()):
+                                       or not _has_values(spark, candidates_path, run_id, "request_score")):
         # candidates written without a request model (no speculator trained yet): the relevance rule,
         # with its own threshold and top-k
         log.warning("run %s: no request scores in the candidates (no speculator checkpoint at or before the "
@@ -169,7 +176,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         log_rows = good.withColumn("computed_date", F.to_date("computed_at"))
         replace_where(log_rows, config.table_path("pair_embeddings_log"), f"run_id = '{run_id}'", ["computed_date"])
 
-        n_written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id).count()
+        n_written = run_rows(spark, path, run_id).num_rows
         record.rows_in, record.rows_out, record.rows_quarantined = n_candidates, n_written, n_quarantined
         record.table_versions = {"pair_embeddings": table_version(spark, path)}
         result = ScoreResult(
@@ -200,6 +207,15 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     finally:
         for frame in persisted:
             frame.unpersist()
+
+
+def _has_values(spark: SparkSession, path: str, run_id: str, column: str) -> bool:
+    """Whether any of the run's rows in the table at ``path`` has a non-null ``column`` (read from
+    the run's files on the driver: :func:`solaris.storage.tables.run_rows`)."""
+    from solaris.storage.tables import run_rows
+
+    values = run_rows(spark, path, run_id, (column,)).column(column)
+    return len(values) > values.null_count
 
 
 class Verified(NamedTuple):

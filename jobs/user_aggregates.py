@@ -93,10 +93,11 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
     Shared by the user tier and the item tier: the same window, latest-row-per-pair and aggregation
     rule, grouped by the other side of the pair.
     """
+    import pyarrow.compute as pc
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from solaris.storage.tables import merge_if_new_run, table_version
+    from solaris.storage.tables import merge_if_new_run, run_rows, table_version
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
     other = "item_id" if key == "user_id" else "user_id"
@@ -124,9 +125,9 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
                           for name, kind in columns])
     path = config.table_path(table)
     merge_if_new_run(rows, path, keys=[key])
-    written = spark.read.format("delta").load(path).where(F.col("run_id") == run_id)
-    stats = written.agg(F.count("*").alias("keys"), F.coalesce(F.sum("n_pairs"), F.lit(0)).alias("pairs")).collect()[0]
-    return WindowMeans(keys=int(stats["keys"]), pairs=int(stats["pairs"]), version=table_version(spark, path))
+    written = run_rows(spark, path, run_id, ("n_pairs",))
+    averaged = pc.sum(written.column("n_pairs")).as_py() or 0
+    return WindowMeans(keys=written.num_rows, pairs=int(averaged), version=table_version(spark, path))
 
 
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> UserAggregatesResult:

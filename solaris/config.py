@@ -68,6 +68,9 @@ class SparkConfig(_Strict):
     # Extra driver JVM options of a process that runs one hourly stage and exits (a spark-submit task,
     # `solaris <stage>`); not of replay / evaluate sessions. Why C1 only: solaris/spark.py.
     one_stage_java_options: str = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+    # Extra driver JVM options of a long-lived session that runs many stages (replay, evaluate, the
+    # tests' session, the benchmarks); not of one-stage processes. Why the parallel collector: solaris/spark.py.
+    session_java_options: str = "-XX:+UseParallelGC"
     # Class-data-sharing archive of Spark's and Delta's classes, written by `make setup`; used by
     # every driver JVM when the file exists (null: never). Why: solaris/spark.py.
     class_data_archive: str | None = "jars/spark-classes.jsa"

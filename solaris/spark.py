@@ -107,13 +107,19 @@ def driver_java_options(config: SolarisConfig, one_stage: bool = False) -> str:
       reserves 48 MB for compiled code instead of 240 MB, and a stage with many generated query
       classes (the candidates SQL on ML-1M) filled it, which kills the JVM ("Out of space in
       CodeCache"); the reservation is virtual memory, used only as code is compiled.
+    * ``spark.session_java_options`` (any other driver: replay, evaluate, the tests' session;
+      default ``-XX:+UseParallelGC``): the throughput collector instead of G1. In a local session the
+      driver JVM is also the executor, and an hourly tick allocates and drops cached frames and
+      shuffle buffers by the gigabyte; G1's concurrent marking threads then compete with the task
+      threads for a small machine's cores, where the parallel collector only pauses (BENCHMARKS.md).
     """
     options = ["-Duser.timezone=UTC"]
     archive = config.spark.class_data_archive
     if archive and Path(archive).is_file():
         options.append(f"-XX:SharedArchiveFile={archive}")
-    if one_stage and config.spark.one_stage_java_options.strip():
-        options.append(config.spark.one_stage_java_options.strip())
+    extra = config.spark.one_stage_java_options if one_stage else config.spark.session_java_options
+    if extra.strip():
+        options.append(extra.strip())
     return " ".join(options)
 
 

@@ -30,12 +30,18 @@ CREATE OR REPLACE TEMP VIEW active_users AS
 SELECT DISTINCT user_id FROM past_events
 WHERE ts > {lookback_start} AND (NOT {restrict_users} OR user_id IN (SELECT user_id FROM lane_users));
 
+-- Fractional constants carry the D suffix: a plain 1.0 is a DECIMAL literal in Spark SQL, and decimal
+-- arithmetic runs in BigDecimal, several times slower than doubles; every score here is a double anyway.
+-- Sums are the exception: a double sum depends on the order Spark adds its terms in, which changes
+-- between runs, so a rerun could rank near-ties differently. The item-item weights are therefore summed
+-- as integers (nano-units, exact in any order) and turned into doubles after the sum.
+
 -- Why activity features: ML-1M users engage in bursts, so who asks next hour is mostly who is asking now.
 CREATE OR REPLACE TEMP VIEW user_activity AS
 SELECT p.user_id,
-       ln(1.0 + count(*)) AS log_events,
-       ln(1.0 + count_if(p.ts > {hour_start})) AS log_events_last_hour,
-       least((unix_seconds({as_of}) - unix_seconds(max(p.ts))) / 86400.0, 7.0) AS days_since_last
+       ln(1.0D + count(*)) AS log_events,
+       ln(1.0D + count_if(p.ts > {hour_start})) AS log_events_last_hour,
+       least((unix_seconds({as_of}) - unix_seconds(max(p.ts))) / 86400.0D, 7.0D) AS days_since_last
 FROM past_events p JOIN active_users a ON a.user_id = p.user_id
 GROUP BY p.user_id;
 
@@ -88,14 +94,17 @@ SELECT DISTINCT p.user_id, p.item_id FROM past_events p JOIN active_users a ON a
 
 CREATE OR REPLACE TEMP VIEW rule_cooc AS
 SELECT user_id, item_id, raw / max(raw) OVER (PARTITION BY user_id) AS score FROM (
-  SELECT r.user_id, c.item_b AS item_id, sum(c.n / (1.0 + r.rn)) AS raw  -- more recent items weigh more
+  -- more recent items weigh more: n / (1 + rn), summed in integer nano-units (see the note above)
+  SELECT r.user_id, c.item_b AS item_id,
+         sum(CAST(round(c.n * 1000000000 / (1 + r.rn)) AS BIGINT)) / 1000000000 AS raw
   FROM user_recent r JOIN item_cooc c ON c.item_a = r.item_id
   GROUP BY r.user_id, c.item_b
 );
 
 CREATE OR REPLACE TEMP VIEW rule_next AS
 SELECT user_id, item_id, raw / max(raw) OVER (PARTITION BY user_id) AS score FROM (
-  SELECT r.user_id, c.item_b AS item_id, sum(c.n / (1.0 + r.rn)) AS raw
+  SELECT r.user_id, c.item_b AS item_id,
+         sum(CAST(round(c.n * 1000000000 / (1 + r.rn)) AS BIGINT)) / 1000000000 AS raw
   FROM user_recent r JOIN item_next c ON c.item_a = r.item_id
   WHERE r.rn <= {next_seeds}
   GROUP BY r.user_id, c.item_b
@@ -118,7 +127,7 @@ SELECT user_id, item_id, 'cooc' AS source, score FROM rule_cooc WHERE {use_cooc}
 UNION ALL
 SELECT a.user_id, t.item_id, 'trending' AS source, t.score FROM active_users a CROSS JOIN trending t WHERE {use_trending}
 UNION ALL
-SELECT user_id, item_id, 'recent' AS source, 1.0 - (rn - 1) / {recent_items} AS score FROM user_recent WHERE {use_recent}
+SELECT user_id, item_id, 'recent' AS source, 1.0D - (rn - 1) / {recent_items} AS score FROM user_recent WHERE {use_recent}
 UNION ALL
 SELECT user_id, item_id, 'next' AS source, score FROM rule_next WHERE {use_next}
 UNION ALL
@@ -154,12 +163,12 @@ SELECT s.user_id, s.item_id,
        concat_ws(',', IF(s.has_cooc, 'cooc', NULL), IF(s.has_next, 'next', NULL), IF(s.has_popular, 'popular', NULL),
                  IF(s.has_recent, 'recent', NULL), IF(s.has_retrieval, 'retrieval', NULL),
                  IF(s.has_trending, 'trending', NULL)) AS source,
-       coalesce(s.best_cooc, 0.0) AS score_cooc,
-       coalesce(s.best_trending, 0.0) AS score_trending,
-       coalesce(s.best_recent, 0.0) AS score_recent,
-       coalesce(s.best_next, 0.0) AS score_next,
-       coalesce(s.best_popular, 0.0) AS score_popular,
-       coalesce(s.best_retrieval, 0.0) AS score_retrieval,
+       coalesce(s.best_cooc, 0.0D) AS score_cooc,
+       coalesce(s.best_trending, 0.0D) AS score_trending,
+       coalesce(s.best_recent, 0.0D) AS score_recent,
+       coalesce(s.best_next, 0.0D) AS score_next,
+       coalesce(s.best_popular, 0.0D) AS score_popular,
+       coalesce(s.best_retrieval, 0.0D) AS score_retrieval,
        u.log_events, u.log_events_last_hour, u.days_since_last
 FROM pair_sources s JOIN user_activity u ON u.user_id = s.user_id;
 
@@ -170,7 +179,7 @@ SELECT f.*,
             + {blend_retrieval} * score_retrieval + {blend_log_events} * log_events
             + {blend_log_events_last_hour} * log_events_last_hour
             + {blend_days_since_last} * days_since_last AS DOUBLE) AS spec_score,
-       CASE WHEN {has_request_model} THEN CAST(1.0 / (1.0 + exp(-(
+       CASE WHEN {has_request_model} THEN CAST(1.0D / (1.0D + exp(-(
             {request_bias} + {request_cooc} * score_cooc + {request_trending} * score_trending
             + {request_recent} * score_recent + {request_next} * score_next + {request_popular} * score_popular
             + {request_retrieval} * score_retrieval + {request_log_events} * log_events

@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
 _TICK_EVENTS: dict[tuple[str, datetime], Any] = {}
 # (events table path, as_of, FM checkpoint folder) -> the tick's FM user representations (see user_vectors).
 _TICK_VECTORS: dict[tuple[str, datetime, str], Any] = {}
+# (events table path, as_of, history length) -> every user's history at the tick (see tick_histories).
+_TICK_HISTORIES: dict[tuple[str, datetime, int], Any] = {}
 EVENT_COLUMNS = ("user_id", "item_id", "ts", "label")
 
 
@@ -60,6 +62,32 @@ def tick_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> 
         frame.unpersist()
         for vectors_key in [entry for entry in _TICK_VECTORS if entry[:2] == key]:
             _TICK_VECTORS.pop(vectors_key).unpersist()
+        for histories_key in [entry for entry in _TICK_HISTORIES if entry[:2] == key]:
+            _TICK_HISTORIES.pop(histories_key).unpersist()
+
+
+def tick_histories(spark: SparkSession, config: SolarisConfig, as_of: datetime, create: bool = True
+                   ) -> DataFrame | None:
+    """Every user's :func:`user_histories` at ``as_of``, cached until the tick ends; None outside
+    :func:`tick_events`, and None when ``create`` is False and the tick has not built them yet.
+
+    Why: the FM reads the same point-in-time history of a user up to three times in one hourly tick
+    (the retrieval source's and the KNN stage's user representations, and the score stage's pair
+    features). A user's history does not depend on which other users are computed with it, so the
+    rows the score stage joins are exactly the ones it would build for its candidates' users. The
+    representations build them for everyone (``create``); the score stage only reuses them, so the
+    fast lane, whose representations cover its few users, never pays for everyone's.
+    """
+    from pyspark import StorageLevel
+
+    events_key = (config.table_path("events"), as_of)
+    key = (*events_key, config.model.history_length)
+    if events_key not in _TICK_EVENTS or (key not in _TICK_HISTORIES and not create):
+        return None
+    if key not in _TICK_HISTORIES:
+        _TICK_HISTORIES[key] = user_histories(visible_events(spark, config, as_of), None,
+                                              config.model.history_length).persist(StorageLevel.MEMORY_AND_DISK)
+    return _TICK_HISTORIES[key]
 
 
 def user_vectors(spark: SparkSession, config: SolarisConfig, as_of: datetime, fm_dir: str,
@@ -84,22 +112,23 @@ def user_vectors(spark: SparkSession, config: SolarisConfig, as_of: datetime, fm
     shared = users is None and key[:2] in _TICK_EVENTS
     if shared and key in _TICK_VECTORS:
         return _TICK_VECTORS[key], False
-    events = visible_events(spark, config, as_of)
-    wanted = users if users is not None else events.select("user_id").distinct()
-    vectors = represent(user_histories(events, wanted, config.model.history_length)).persist(
-        StorageLevel.MEMORY_AND_DISK)
+    histories = tick_histories(spark, config, as_of) if shared else None
+    if histories is None:
+        histories = user_histories(visible_events(spark, config, as_of), users, config.model.history_length)
+    vectors = represent(histories).persist(StorageLevel.MEMORY_AND_DISK)
     if shared:
         _TICK_VECTORS[key] = vectors
     return vectors, not shared
 
 
-def user_histories(events: DataFrame, users: DataFrame, history_length: int) -> DataFrame:
+def user_histories(events: DataFrame, users: DataFrame | None, history_length: int) -> DataFrame:
     """Per user: the last N events as lists oldest-first (``hist_items``, ``hist_labels``,
-    ``hist_ts``) and ``user_count`` (all their events), for the users in ``users``."""
+    ``hist_ts``) and ``user_count`` (all their events), for the users in ``users`` (None: every
+    user in ``events``)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    mine = events.join(users, "user_id", "left_semi")
+    mine = events if users is None else events.join(users, "user_id", "left_semi")
     recent = mine.withColumn(
         "rank", F.row_number().over(Window.partitionBy("user_id").orderBy(F.col("ts").desc(), F.col("item_id").desc()))
     ).where(F.col("rank") <= history_length)
@@ -128,13 +157,16 @@ def user_histories(events: DataFrame, users: DataFrame, history_length: int) -> 
 
 
 def candidate_features(spark: SparkSession, config: SolarisConfig, candidates: DataFrame, as_of: datetime) -> DataFrame:
-    """Join (user, item) candidates with history lists and user/item counters (events <= as_of)."""
+    """Join (user, item) candidates with history lists and user/item counters (events <= as_of);
+    inside an hourly tick, the tick's histories of every user when its user representations built
+    them (:func:`tick_histories`)."""
     from pyspark.sql import functions as F
 
     events = visible_events(spark, config, as_of)
-    users = candidates.select("user_id").distinct()
     items = candidates.select("item_id").distinct()
-    histories = user_histories(events, users, config.model.history_length)
+    histories = tick_histories(spark, config, as_of, create=False)
+    if histories is None:
+        histories = user_histories(events, candidates.select("user_id").distinct(), config.model.history_length)
     counts = (
         events.join(items, "item_id", "left_semi")
         .groupBy("item_id")

@@ -4,8 +4,9 @@ The files are package data of ``solaris.queries`` (``sql/`` in the checkout, ``s
 an installed wheel), read with :mod:`importlib.resources`, so jobs find them wherever they run.
 
 The SQL lives in files so it can be read and reviewed as SQL; this module only substitutes
-``{name}`` placeholders, and only with values it can render safely: numbers, booleans and UTC
-timestamps (as ``TIMESTAMP '...'`` literals). Table inputs are Spark temp views named in the SQL.
+``{name}`` placeholders, and only with values it can render safely: numbers (floats as DOUBLE
+literals), booleans and UTC timestamps (as ``TIMESTAMP '...'`` literals). Table inputs are Spark
+temp views named in the SQL.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def literal(value: object) -> str:
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError("non-finite float cannot be a SQL literal")
-        return repr(value)
+        return f"{value!r}D"  # a DOUBLE literal: without the suffix Spark reads 0.5 as a DECIMAL
     if isinstance(value, datetime):
         if value.tzinfo is not None:
             value = value.astimezone(timezone.utc).replace(tzinfo=None)

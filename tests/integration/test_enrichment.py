@@ -219,26 +219,40 @@ def test_publish_gate_refuses_nan_embeddings_and_keeps_latest(spark, replayed):
 def test_a_tick_represents_its_users_once_for_retrieval_and_knn(spark, replayed):
     """Inside a tick the FM user vectors are computed once, shared (not owned by the stage that asked)
     and dropped when the tick ends; outside a tick, and for a restricted set of users (the fast lane),
-    each caller gets its own frame. The shared vectors equal the ones computed alone."""
+    each caller gets its own frame. The shared vectors equal the ones computed alone, and the score
+    stage's pair features built from the tick's shared histories equal the ones it builds alone."""
     from solaris.models.checkpoint import resolve_checkpoint
     from solaris.precompute import spark_features
-    from solaris.precompute.spark_features import tick_events, user_vectors
+    from solaris.precompute.spark_features import candidate_features, tick_events, tick_histories, user_vectors
     from solaris.udfs.knn import user_representation_step
 
     config, _ = replayed
     fm = str(resolve_checkpoint(config.resolve_under_warehouse(config.precompute.fm_checkpoint)))
     as_of = T0 + timedelta(hours=1)
     step = user_representation_step(fm, config, as_of)
+    pairs = _table(spark, config, "candidates").select("user_id", "item_id").distinct().limit(200)
+    pairs = spark.createDataFrame(pairs.toPandas())  # a fixed set of pairs for both runs
+
+    def features(frame):
+        return sorted((tuple(row[:2]), tuple(tuple(value) if isinstance(value, list) else value for value in row[2:]))
+                      for row in frame.collect())
+
     alone, alone_owned = user_vectors(spark, config, as_of, fm, step)
+    features_alone = features(candidate_features(spark, config, pairs, as_of))
     with tick_events(spark, config, as_of):
+        assert tick_histories(spark, config, as_of, create=False) is None  # only the representations build them
         first, first_owned = user_vectors(spark, config, as_of, fm, step)
         second, second_owned = user_vectors(spark, config, as_of, fm, step)
         lane, lane_owned = user_vectors(spark, config, as_of, fm, step, first.select("user_id").limit(3))
         assert first is second and not first_owned and not second_owned
         assert lane_owned and lane is not first and lane.count() == 3
         shared = sorted((row.user_id, bytes(row.vector)) for row in first.collect())
+        assert tick_histories(spark, config, as_of, create=False) is not None
+        features_shared = features(candidate_features(spark, config, pairs, as_of))
     assert alone_owned and shared == sorted((row.user_id, bytes(row.vector)) for row in alone.collect())
-    assert len(shared) > 2 and not spark_features._TICK_VECTORS
+    assert len(shared) > 2 and not spark_features._TICK_VECTORS and not spark_features._TICK_HISTORIES
+    assert len(features_alone) == 200 and features_shared == features_alone
+    assert sum(1 for _, values in features_alone if values[0]) > 100  # most pairs' users have a history
     alone.unpersist()
     lane.unpersist()
 

@@ -1,4 +1,5 @@
-"""Answers read from a Delta table's log instead of a Spark job: row counts, "may a file hold it", commit metrics."""
+"""Answers read from a Delta table's log instead of a Spark job: row counts, "may a file hold it", commit metrics,
+a run's rows."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from solaris.storage.tables import commit_metrics, may_hold, stored_partitions, table_rows
+from solaris.storage.tables import commit_metrics, may_hold, run_rows, stored_partitions, table_rows
 
 
 def _runs(*run_ids: str) -> pa.Table:
@@ -61,3 +62,29 @@ def test_stored_partitions_are_those_of_live_files(tmp_path):
     write_deltalake(path, _runs("c"), mode="append")
     with pytest.raises(ValueError, match="not partitioned by 'value'"):
         stored_partitions(path, "value")
+
+
+def test_a_run_s_rows_are_read_from_its_live_files_without_spark(tmp_path):
+    path = str(tmp_path / "t")
+    rows = lambda run_ids, day: pa.table({  # noqa: E731
+        "run_id": pa.array(run_ids, pa.string()), "value": pa.array(range(len(run_ids)), pa.int64()),
+        "day": pa.array([day] * len(run_ids), pa.string())})
+    write_deltalake(path, rows(["r1", "r1", "r2"], "2000-12-01 00:00"), partition_by=["day"])  # escaped folder
+    write_deltalake(path, rows(["r2", "r3"], "2000-12-02"), mode="append", partition_by=["day"])
+    assert sorted(run_rows(None, path, "r2", ("value", "run_id")).column("value").to_pylist()) == [0, 2]
+    assert run_rows(None, path, "r1").num_rows == 2
+    DeltaTable(path).delete("run_id = 'r1'")  # rewritten and removed files no longer count
+    assert run_rows(None, path, "r1").num_rows == 0 and run_rows(None, path, "r2").num_rows == 2
+    empty = run_rows(None, path, "nope", ("value",))
+    assert empty.num_rows == 0 and empty.column_names == ["value"]
+
+
+def test_a_run_s_rows_come_from_spark_when_the_table_is_not_a_local_folder():
+    class Reader:  # the chain spark.read.format("delta").load(path).where(...).select(...).toArrow()
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: self if name != "toArrow" else pa.table({"run_id": ["r"]})
+
+    class Spark:
+        read = Reader()
+
+    assert run_rows(Spark(), "s3a://bucket/t", "r").num_rows == 1

@@ -48,13 +48,15 @@ def test_the_codegen_cache_is_sized_from_config_not_sparks_default_of_100():
     assert conf["spark.sql.codegen.cache.maxEntries"] == "500"
 
 
-def test_a_one_stage_driver_gets_the_c1_jit_and_a_session_driver_keeps_c2():
+def test_a_one_stage_driver_gets_the_c1_jit_and_a_session_driver_keeps_c2_with_the_parallel_collector():
     config = load_config(overrides=["spark.class_data_archive=null"])
     assert session_conf(config, one_stage=True)["spark.driver.extraJavaOptions"] == (
         "-Duser.timezone=UTC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
-    assert session_conf(config)["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC"
-    plain = load_config(overrides=["spark.class_data_archive=null", "spark.one_stage_java_options="])
+    assert session_conf(config)["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC -XX:+UseParallelGC"
+    plain = load_config(overrides=["spark.class_data_archive=null", "spark.one_stage_java_options=",
+                                   "spark.session_java_options="])
     assert driver_java_options(plain, one_stage=True) == "-Duser.timezone=UTC"
+    assert driver_java_options(plain) == "-Duser.timezone=UTC"
 
 
 def test_the_class_data_archive_is_used_only_when_set_up_wrote_it(tmp_path):

@@ -1,3 +1,4 @@
+import re
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -5,6 +6,8 @@ import pytest
 
 from solaris.config import CandidateConfig, VerifierConfig
 from solaris.precompute.speculation import (
+    FEATURES,
+    LinearModel,
     candidate_params,
     effective_threshold,
     expires_at,
@@ -119,6 +122,16 @@ def test_sql_rendering_refuses_unsafe_values_and_missing_params():
     with pytest.raises(ValueError, match="missing"):
         render("candidates", as_of=datetime(2000, 1, 1))
     assert literal(True) == "TRUE" and literal(3) == "3"
+    assert literal(0.25) == "0.25D" and literal(1e-05) == "1e-05D" and literal(-2.0) == "-2.0D"
+
+
+def test_the_candidates_sql_computes_in_doubles_not_decimals():
+    # a fractional literal without the D suffix is a DECIMAL in Spark SQL: BigDecimal arithmetic per row
+    blend = LinearModel(0.1, {name: 0.5 for name in FEATURES})
+    params = candidate_params(CandidateConfig(), datetime(2000, 12, 1, tzinfo=timezone.utc), blend, blend)
+    code = "\n".join(line for line in render("candidates", **params).splitlines() if not line.strip().startswith("--"))
+    code = re.sub(r"TIMESTAMP '[^']*'", "", code)
+    assert "0.5D" in code and not re.findall(r"(?<![\w.])\d+\.\d*(?:[eE][+-]?\d+)?(?![\dD])", code)
 
 
 def test_run_ids_are_deterministic_utc():
