@@ -126,8 +126,9 @@ def run_rows(spark: "SparkSession", path: str, run_id: str, columns: Sequence[st
     that read-back is a snapshot, a plan and a job per stage and tick for a few thousand rows; here
     the live files come from the Delta log, the files whose ``run_id`` statistics exclude the run
     are skipped, and the rest are read with pyarrow from their local paths. Spark reads the table
-    instead when the files carry deletion vectors or lack ``run_id`` statistics, and for any
-    storage that is not a local folder.
+    instead for storage that is not a local folder, files with deletion vectors or without
+    ``run_id`` statistics, a partition column in ``columns``, and anything pyarrow cannot read
+    (e.g. a table with column mapping). ``columns`` are the table's column names.
     """
     import os
     from urllib.parse import unquote, urlparse
@@ -136,24 +137,36 @@ def run_rows(spark: "SparkSession", path: str, run_id: str, columns: Sequence[st
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    files = _add_actions(path) if os.path.isdir(path) else None
-    names = files.column_names if files is not None else []
-    vectors = [name for name in names if name.startswith("deletionVector")]
-    if (files is None or "min.run_id" not in names or "max.run_id" not in names
-            or any(files.column(name).null_count < files.num_rows for name in vectors)):
+    def with_spark() -> Any:
         predicate = f"run_id = '{_sql_str(run_id)}'"
         return spark.read.format("delta").load(path).where(predicate).select(*columns).toArrow()
+
+    try:
+        files = _add_actions(path) if os.path.isdir(path) else None
+    except Exception:  # noqa: BLE001 - a table feature deltalake cannot read: Spark can
+        files = None
+    if files is None:
+        return with_spark()
+    names = files.column_names
+    vectors = [name for name in names if name.startswith("deletionVector")]
+    if ("min.run_id" not in names or "max.run_id" not in names
+            or any(f"partition.{column}" in names for column in columns)
+            or any(files.column(name).null_count < files.num_rows for name in vectors)):
+        return with_spark()
     low, high = files.column("min.run_id"), files.column("max.run_id")
     maybe = pc.or_(pc.or_(pc.is_null(low), pc.is_null(high)),
                    pc.and_(pc.less_equal(low, run_id), pc.greater_equal(high, run_id)))
     parts = []
-    for entry in files.filter(maybe).column("path").to_pylist():
-        local = urlparse(entry).path if "://" in entry else os.path.join(path, unquote(entry))
-        part = pq.read_table(local, columns=sorted({*columns, "run_id"}), partitioning=None)
-        # other Delta writers may store strings as string_view, which pyarrow's filter cannot take yet
-        part = part.cast(pa.schema([field.with_type(pa.string()) if field.type == pa.string_view() else field
-                                    for field in part.schema]))
-        parts.append(part.filter(pc.equal(part.column("run_id"), run_id)).select(list(columns)))
+    try:
+        for entry in files.filter(maybe).column("path").to_pylist():
+            local = urlparse(entry).path if "://" in entry else os.path.join(path, unquote(entry))
+            part = pq.read_table(local, columns=sorted({*columns, "run_id"}), partitioning=None)
+            # other Delta writers may store strings as string_view, which pyarrow's filter cannot take yet
+            part = part.cast(pa.schema([field.with_type(pa.string()) if field.type == pa.string_view() else field
+                                        for field in part.schema]))
+            parts.append(part.filter(pc.equal(part.column("run_id"), run_id)).select(list(columns)))
+    except (OSError, ValueError, KeyError, pa.ArrowException):  # e.g. column mapping: other physical names
+        return with_spark()
     if not parts:
         return pa.table({name: pa.array([], pa.null()) for name in columns})
     return pa.concat_tables(parts)

@@ -88,3 +88,18 @@ def test_a_run_s_rows_come_from_spark_when_the_table_is_not_a_local_folder():
         read = Reader()
 
     assert run_rows(Spark(), "s3a://bucket/t", "r").num_rows == 1
+
+
+def test_a_run_s_rows_come_from_spark_for_a_partition_column_or_a_column_pyarrow_cannot_find(tmp_path):
+    class Reader:
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: self if name != "toArrow" else pa.table({"day": ["from spark"]})
+
+    class Spark:
+        read = Reader()
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"run_id": ["r"], "day": ["d"], "value": [1]}), partition_by=["day"])
+    assert run_rows(Spark(), path, "r", ("day",)).column("day").to_pylist() == ["from spark"]
+    assert run_rows(Spark(), path, "r", ("no_such_column",)).column("day").to_pylist() == ["from spark"]
+    assert run_rows(Spark(), path, "r", ("value",)).column("value").to_pylist() == [1]
