@@ -153,12 +153,9 @@ def run_rows(spark: "SparkSession", path: str, run_id: str, columns: Sequence[st
             or any(f"partition.{column}" in names for column in columns)
             or any(files.column(name).null_count < files.num_rows for name in vectors)):
         return with_spark()
-    low, high = files.column("min.run_id"), files.column("max.run_id")
-    maybe = pc.or_(pc.or_(pc.is_null(low), pc.is_null(high)),
-                   pc.and_(pc.less_equal(low, run_id), pc.greater_equal(high, run_id)))
     parts = []
     try:
-        for entry in files.filter(maybe).column("path").to_pylist():
+        for entry in files.filter(_may_hold_mask(files, "run_id", run_id)).column("path").to_pylist():
             local = urlparse(entry).path if "://" in entry else os.path.join(path, unquote(entry))
             part = pq.read_table(local, columns=sorted({*columns, "run_id"}), partitioning=None)
             # other Delta writers may store strings as string_view, which pyarrow's filter cannot take yet
@@ -198,10 +195,17 @@ def may_hold(path: str, column: str, value: str) -> bool:
     names = files.column_names
     if f"min.{column}" not in names or f"max.{column}" not in names:
         return True
+    return bool(pc.any(_may_hold_mask(files, column, value)).as_py())
+
+
+def _may_hold_mask(files: Any, column: str, value: str) -> Any:
+    """Per live file (a row of :func:`_add_actions`): False only when its ``column`` min/max
+    statistics exclude ``value``; the caller checked that the statistics columns exist."""
+    import pyarrow.compute as pc
+
     low, high = files.column(f"min.{column}"), files.column(f"max.{column}")
     unknown = pc.or_(pc.is_null(low), pc.is_null(high))
-    inside = pc.and_(pc.less_equal(low, value), pc.greater_equal(high, value))
-    return bool(pc.any(pc.or_(unknown, inside)).as_py())
+    return pc.or_(unknown, pc.and_(pc.less_equal(low, value), pc.greater_equal(high, value)))
 
 
 def commit_metrics(path: str, after_version: int | None, operation: str) -> dict[str, int]:

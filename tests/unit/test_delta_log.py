@@ -79,27 +79,29 @@ def test_a_run_s_rows_are_read_from_its_live_files_without_spark(tmp_path):
     assert empty.num_rows == 0 and empty.column_names == ["value"]
 
 
+class _SparkReturning:
+    """Stands in for a SparkSession whose read chain (``read.format(...).load(...).where(...)
+    .select(...).toArrow()``) returns ``table``: which path run_rows took, without a JVM."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    @property
+    def read(self):
+        return self
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self if name != "toArrow" else self.table
+
+
 def test_a_run_s_rows_come_from_spark_when_the_table_is_not_a_local_folder():
-    class Reader:  # the chain spark.read.format("delta").load(path).where(...).select(...).toArrow()
-        def __getattr__(self, name):
-            return lambda *args, **kwargs: self if name != "toArrow" else pa.table({"run_id": ["r"]})
-
-    class Spark:
-        read = Reader()
-
-    assert run_rows(Spark(), "s3a://bucket/t", "r").num_rows == 1
+    assert run_rows(_SparkReturning(pa.table({"run_id": ["r"]})), "s3a://bucket/t", "r").num_rows == 1
 
 
 def test_a_run_s_rows_come_from_spark_for_a_partition_column_or_a_column_pyarrow_cannot_find(tmp_path):
-    class Reader:
-        def __getattr__(self, name):
-            return lambda *args, **kwargs: self if name != "toArrow" else pa.table({"day": ["from spark"]})
-
-    class Spark:
-        read = Reader()
-
+    spark = _SparkReturning(pa.table({"day": ["from spark"]}))
     path = str(tmp_path / "t")
     write_deltalake(path, pa.table({"run_id": ["r"], "day": ["d"], "value": [1]}), partition_by=["day"])
-    assert run_rows(Spark(), path, "r", ("day",)).column("day").to_pylist() == ["from spark"]
-    assert run_rows(Spark(), path, "r", ("no_such_column",)).column("day").to_pylist() == ["from spark"]
-    assert run_rows(Spark(), path, "r", ("value",)).column("value").to_pylist() == [1]
+    assert run_rows(spark, path, "r", ("day",)).column("day").to_pylist() == ["from spark"]
+    assert run_rows(spark, path, "r", ("no_such_column",)).column("day").to_pylist() == ["from spark"]
+    assert run_rows(spark, path, "r", ("value",)).column("value").to_pylist() == [1]
