@@ -19,6 +19,12 @@ from ``statusTracker``), of generated-code classes it had Janino compile (Spark'
 commits it made (new files in every table's ``_delta_log``); ``other`` is what the tick did
 outside the stages (the batched ``runs`` MERGE, caching the tick's events).
 
+And where the driver JVM's CPU went in each stage (Linux: the per-thread CPU counters under
+``/proc/<pid>/task``, read around each stage): the JIT compiler threads, the driver threads that run
+Python's calls (planning, Janino, Delta's log work), Spark's task threads (the data work), the
+garbage collector, the rest. Threads that end inside a stage lose their share (pooled threads do not
+end); on a machine without ``/proc`` the split is left out.
+
 With ``--event-log DIR`` Spark also writes its event log there, and the bench splits each stage's
 median wall seconds into *Spark-busy* seconds (at least one Spark job running: the union of the
 stage's job intervals) and *driver* seconds (no job running: Python, planning, Delta's log work on
@@ -45,6 +51,51 @@ from typing import Iterable, Iterator
 
 from solaris.spark import codegen_compilations
 
+# Thread kinds of a HotSpot + Spark driver JVM, by thread-name prefix (the first that matches).
+THREAD_KINDS = (
+    ("jit", ("C1 CompilerThre", "C2 CompilerThre", "Sweeper thread")),
+    ("gc", ("GC Thread", "VM Thread", "G1 ", "ParGC")),
+    ("tasks", ("Executor task",)),  # "Executor task launch worker", cut to 15 characters
+    ("driver", ("Thread-",)),  # py4j's threads, one per Python call into the JVM
+)
+CPU_KINDS = ("jit", "driver", "tasks", "gc", "other")
+
+
+def thread_kind(name: str) -> str:
+    """The kind of a JVM thread by its (kernel, 15-character) name: jit, gc, tasks, driver or other."""
+    for kind, prefixes in THREAD_KINDS:
+        if name.startswith(prefixes):
+            return kind
+    return "other"
+
+
+def thread_cpu(stat: str, ticks_per_second: float) -> tuple[str, float]:
+    """(name, user + system CPU seconds) of one ``/proc/<pid>/task/<tid>/stat`` line.
+
+    The name sits in parentheses and may itself hold spaces or parentheses, so the fields are
+    counted from the last ``)``: utime and stime are the 12th and 13th after it.
+    """
+    name = stat[stat.index("(") + 1:stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2:].split()
+    return name, (int(fields[11]) + int(fields[12])) / ticks_per_second
+
+
+def jvm_cpu_by_kind(pid: int | None) -> dict[str, float]:
+    """CPU seconds the JVM's live threads have used so far, summed per :func:`thread_kind`
+    (empty without ``/proc``)."""
+    tasks = Path(f"/proc/{pid}/task")
+    if pid is None or not tasks.is_dir():
+        return {}
+    ticks = float(os.sysconf("SC_CLK_TCK"))
+    totals = {kind: 0.0 for kind in CPU_KINDS}
+    for thread in tasks.iterdir():
+        try:
+            name, seconds = thread_cpu((thread / "stat").read_text(), ticks)
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended while we read
+        totals[thread_kind(name)] += seconds
+    return totals
+
 
 class CycleCounter:
     """Counts the Spark jobs / stages / tasks and the Delta commits of each stage of a tick.
@@ -58,6 +109,7 @@ class CycleCounter:
 
     def __init__(self, spark, warehouse: Path) -> None:
         self.spark, self.warehouse = spark, warehouse
+        self.pid: int | None = int(spark.sparkContext._jvm.ProcessHandle.current().pid())  # noqa: SLF001
         self.counts: dict[str, dict[str, int]] = {}
         self.groups: dict[str, str] = {}  # job group -> stage name
 
@@ -80,6 +132,7 @@ class CycleCounter:
         context = self.spark.sparkContext
         before = self.commits()
         compiled_before = codegen_compilations(self.spark)
+        cpu_before = jvm_cpu_by_kind(self.pid)
         outer = context.getLocalProperty("spark.jobGroup.id")  # the tick's group around a stage's
         context.setJobGroup(group, name)
         try:
@@ -93,6 +146,8 @@ class CycleCounter:
             self.counts[name] = {"jobs": jobs, "spark_stages": stages, "tasks": tasks,
                                  "commits": sum(per_table.values()),
                                  "compilations": codegen_compilations(self.spark) - compiled_before,
+                                 **{f"cpu:{kind}": seconds - cpu_before.get(kind, 0.0)
+                                    for kind, seconds in jvm_cpu_by_kind(self.pid).items()},
                                  **{f"commits:{table}": n for table, n in per_table.items()}}
 
 
@@ -243,6 +298,19 @@ def print_counts(rows: list[dict], names: list[str]) -> None:
               f"{median.get('commits', 0):>8g}  {tables}")
 
 
+def print_cpu(rows: list[dict], names: list[str]) -> None:
+    """Median driver-JVM CPU seconds per stage by thread kind (nothing when /proc was not there)."""
+    if not any(key.startswith("cpu:") for row in rows for counts in row["counts"].values() for key in counts):
+        return
+    print("\nper stage, median driver-JVM CPU seconds by thread kind:  " + " ".join(f"{k:>7}" for k in CPU_KINDS)
+          + "    total")
+    for name in names:
+        seen = [row["counts"].get(name, {}) for row in rows]
+        median = {kind: statistics.median(counts.get(f"cpu:{kind}", 0.0) for counts in seen) for kind in CPU_KINDS}
+        total = statistics.median(sum(counts.get(f"cpu:{kind}", 0.0) for kind in CPU_KINDS) for counts in seen)
+        print(f"{name:<57} " + " ".join(f"{median[kind]:>7.1f}" for kind in CPU_KINDS) + f" {total:>8.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -286,12 +354,12 @@ def main() -> None:
         with counter("tick"):
             cycle = run_cycle(spark, config, tick, measure=True, observe=counter)
         # the tick's own job group holds only the jobs run outside every stage; its commit count
-        # (files in the logs) includes the stages' commits, and its compilations (a JVM-wide
-        # counter) the stages' compilations: subtracted, so `other` is what ran outside the stages
+        # (files in the logs) includes the stages' commits, and its compilations and CPU seconds
+        # (JVM-wide counters) the stages' ones: subtracted, so `other` is what ran outside the stages
         other = counter.counts.pop("tick")
         stages = list(counter.counts.values())
         counted = {key for counts in [other, *stages] for key in counts
-                   if key.startswith("commits") or key == "compilations"}
+                   if key.startswith(("commits", "cpu:")) or key == "compilations"}
         for key in counted:
             other[key] = other.get(key, 0) - sum(counts.get(key, 0) for counts in stages)
         counter.counts["other"] = other
@@ -320,6 +388,7 @@ def main() -> None:
           "FM-scored pairs")
     print(f"median tick: {median_tick:.1f}s over {len(rows)} ticks; FM share {100 * fm_seconds / median_tick:.0f}%")
     print_counts(rows, [*columns[:-1], "other", "tick"])
+    print_cpu(rows, [*columns[:-1], "other", "tick"])
     print("\nquality per tick: written pairs, verified hit rate, user aggregates, imputed, knn recall@k, coverage <=3")
     for row in rows:
         print(f"{row['as_of']}  {row['written']:>7,} {row['verified_hit_rate'] or 0:>7.4f} "

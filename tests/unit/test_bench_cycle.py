@@ -40,3 +40,30 @@ def test_busy_time_counts_overlapping_jobs_once_and_kinds_are_named(cycle):
     assert times["a"].seconds_by_kind == pytest.approx({"save at x": 7.0, "Delta: a: Filtering files": 1.0})
     assert times["b"].busy_seconds == pytest.approx(100.0)
     assert times["b"].seconds_by_kind == {"count at x": pytest.approx(100.0)}
+
+
+def test_thread_kinds_follow_the_kernel_s_15_character_names(cycle):
+    kinds = {name: cycle.thread_kind(name) for name in (
+        "C2 CompilerThre", "C1 CompilerThre", "Sweeper thread", "GC Thread#1", "VM Thread", "G1 Conc#0",
+        "Executor task l", "Thread-42", "dag-scheduler-e", "java")}
+    assert kinds == {"C2 CompilerThre": "jit", "C1 CompilerThre": "jit", "Sweeper thread": "jit",
+                     "GC Thread#1": "gc", "VM Thread": "gc", "G1 Conc#0": "gc", "Executor task l": "tasks",
+                     "Thread-42": "driver", "dag-scheduler-e": "other", "java": "other"}
+
+
+def test_thread_cpu_counts_fields_after_the_last_parenthesis(cycle):
+    # a name with a space and a parenthesis; utime 250 and stime 50 ticks at 100 ticks/s
+    stat = "4711 (odd (name) x) S 1 2 3 0 -1 4194368 10 0 0 0 250 50 0 0 20 0 1 0 99 0 0"
+    assert cycle.thread_cpu(stat, 100.0) == ("odd (name) x", pytest.approx(3.0))
+
+
+def test_cpu_by_kind_of_this_process_and_of_no_process(cycle):
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("/proc is Linux's")
+    sum(i * i for i in range(200_000))  # some CPU on this (main) thread
+    totals = cycle.jvm_cpu_by_kind(os.getpid())
+    assert set(totals) == set(cycle.CPU_KINDS) and totals["other"] > 0  # python's main thread is "other"
+    assert cycle.jvm_cpu_by_kind(None) == {}
