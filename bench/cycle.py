@@ -109,8 +109,8 @@ class CycleCounter:
 
     def __init__(self, spark, warehouse: Path) -> None:
         self.spark, self.warehouse = spark, warehouse
-        self.pid: int | None = int(spark.sparkContext._jvm.ProcessHandle.current().pid())  # noqa: SLF001
-        self.counts: dict[str, dict[str, int]] = {}
+        self.pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())  # noqa: SLF001
+        self.counts: dict[str, dict[str, float]] = {}  # stage -> jobs, commits, compilations, cpu:<kind> seconds
         self.groups: dict[str, str] = {}  # job group -> stage name
 
     def commits(self) -> dict[str, int]:
