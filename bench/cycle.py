@@ -83,8 +83,7 @@ def thread_cpu(stat: str, ticks_per_second: float) -> tuple[str, float]:
 def jvm_cpu_by_kind(pid: int | None) -> dict[str, float]:
     """CPU seconds the JVM's live threads have used so far, summed per :func:`thread_kind`
     (empty without ``/proc``)."""
-    tasks = Path(f"/proc/{pid}/task")
-    if pid is None or not tasks.is_dir():
+    if pid is None or not (tasks := Path(f"/proc/{pid}/task")).is_dir():
         return {}
     ticks = float(os.sysconf("SC_CLK_TCK"))
     totals = {kind: 0.0 for kind in CPU_KINDS}
@@ -387,8 +386,9 @@ def main() -> None:
           f"(measured on {measured_on:,} pairs) -> {fm_seconds:.1f}s for the median tick's {median_scored:,.0f} "
           "FM-scored pairs")
     print(f"median tick: {median_tick:.1f}s over {len(rows)} ticks; FM share {100 * fm_seconds / median_tick:.0f}%")
-    print_counts(rows, [*columns[:-1], "other", "tick"])
-    print_cpu(rows, [*columns[:-1], "other", "tick"])
+    counted_rows = [*columns[:-1], "other", "tick"]
+    print_counts(rows, counted_rows)
+    print_cpu(rows, counted_rows)
     print("\nquality per tick: written pairs, verified hit rate, user aggregates, imputed, knn recall@k, coverage <=3")
     for row in rows:
         print(f"{row['as_of']}  {row['written']:>7,} {row['verified_hit_rate'] or 0:>7.4f} "
