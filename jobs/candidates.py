@@ -111,7 +111,7 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     from pyspark.sql import functions as F
 
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
-    from solaris.precompute.spark_features import user_vectors, visible_events
+    from solaris.precompute.spark_features import user_vectors, visible_events, within_hours
     from solaris.storage.embedding_codec import decode
     from solaris.udfs.knn import user_representation_step
     from solaris.udfs.retrieval import ITEM_SCHEMA, RETRIEVAL_SCHEMA, make_item_averager, make_retriever
@@ -126,8 +126,8 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
         return empty
     load_checkpoint(fm_dir, "fm", dim)  # refuse a bad checkpoint on the driver
     events = visible_events(spark, config, as_of)
-    window = events.where(F.col("ts") > F.lit(as_of - timedelta(days=rules.retrieval_days)))
-    active = events.where(F.col("ts") > F.lit(as_of - timedelta(hours=rules.lookback_hours))).select("user_id")
+    window = events.where(within_hours(24 * rules.retrieval_days))
+    active = events.where(within_hours(rules.lookback_hours)).select("user_id")
     if only_users is not None:
         active = active.join(only_users.select("user_id"), "user_id", "left_semi")
     # the fast lane represents only the users it needs; the hourly cycle shares every user's vector

@@ -73,7 +73,7 @@ def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: date
 
     from solaris.enrichment.items import impute_items
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
-    from solaris.precompute.spark_features import visible_events
+    from solaris.precompute.spark_features import visible_events, within_hours
     from solaris.storage.embedding_codec import decode
     from solaris.storage.tables import merge_if_new_run, table_exists, table_version
 
@@ -87,8 +87,7 @@ def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: date
         source_embeddings = decode(sources.column("embedding"), dim)
     else:
         source_ids, source_embeddings = np.empty(0, np.int64), np.empty((0, dim), np.float32)
-    catalog_start = as_of - timedelta(hours=enrichment.item_catalog_hours)
-    engaged = (visible_events(spark, config, as_of).where(F.col("ts") > F.lit(catalog_start))
+    engaged = (visible_events(spark, config, as_of).where(within_hours(enrichment.item_catalog_hours))
                .select("item_id").distinct().toArrow().column("item_id").to_numpy().astype(np.int64))
     targets = np.setdiff1d(engaged, source_ids)
     fm_dir = resolve_checkpoint(config.resolve_under_warehouse(config.precompute.fm_checkpoint))

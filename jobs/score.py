@@ -135,6 +135,9 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
                 .when(F.octet_length("embedding") != 4 * config.model.embedding_dim, F.lit("wrong embedding dimension"))
                 .when(F.isnan("verifier_score"), F.lit("non-finite verifier_score")),
             )
+            # the as-of into the cached rows, not into the queries that read them (rank, writes): they
+            # keep the same text every hour (solaris.precompute.spark_features.visible_events: why)
+            .withColumn("computed_at", F.lit(as_of).cast("timestamp"))
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         persisted.append(scored)
@@ -148,12 +151,11 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             verified = verification.kept
         threshold, n_candidates = verification.threshold, verification.rows
         n_scored = scored.count()
-        computed_at = F.lit(as_of).cast("timestamp")
+        computed_at = F.col("computed_at")
         expires_at = computed_at + F.expr(f"make_dt_interval(0, 0, 0, {float(pre.ttl_hours) * 3600.0})")
         rows = verified.select(
             "*",
             F.lit(run_id).alias("run_id"),
-            computed_at.alias("computed_at"),
             expires_at.alias("expires_at"),
         ).withColumn("expiry_bucket", F.date_trunc(pre.expiry_bucket, "expires_at"))
 

@@ -14,6 +14,12 @@ def utc_stamp(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime(STAMP_FORMAT)
 
 
+def window_micros(hours: float) -> int:
+    """A window of ``hours`` in whole microseconds, Spark's timestamp unit: windows compared against a
+    time column (``unix_micros(ts) > unix_micros(tick_as_of) - n``) rather than a time literal."""
+    return round(hours * 3_600_000_000)
+
+
 def default_run_id(stage: str, as_of: datetime) -> str:
     """Deterministic run id: one hourly run of a stage is one id, whoever triggers it."""
     return f"{stage}-{utc_stamp(as_of)}"

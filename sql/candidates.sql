@@ -1,34 +1,38 @@
--- Speculative candidates at {as_of}: which (user, item) pairs will be requested in the next horizon?
--- Input views: `events` (the events visible at {as_of}, cached once per tick) and `retrieval_parts`
--- (user_id, item_id, score: the FM retrieval source, computed in jobs/candidates.py; empty when off).
--- Only events with ts <= {as_of} are read (docs/architecture.md §2).
--- Users active since {lookback_start} get candidates from these sources, each tagged in `source`:
+-- Speculative candidates at the run's as-of: which (user, item) pairs will be requested in the next horizon?
+-- Input views: `events` (the events visible at the as-of, cached once per tick, each row carrying the as-of
+-- as `tick_as_of`) and `retrieval_parts` (user_id, item_id, score: the FM retrieval source, computed in
+-- jobs/candidates.py; empty when off). Only events with ts <= tick_as_of are read (docs/architecture.md §2).
+-- Every window that ends at the as-of is written against `tick_as_of` (unix microseconds minus the window's
+-- length), never as a timestamp literal, so the query text, and the code Spark compiles for it, is the same
+-- every hour (solaris/precompute/spark_features.py, visible_events).
+-- Users active in the last {lookback_micros} microseconds get candidates from these sources, each tagged in
+-- `source`:
 --   cooc       items co-engaged (same user, recent events in ({cooc_start}, {stats_as_of}]) with the user's
 --              recent items
---   trending   the most engaged items since {trending_start}
+--   trending   the most engaged items in the last {trending_micros} microseconds
 --   recent     the user's own recent items (re-exposure)
 --   next       session continuation: what users who engaged the user's last items engaged next (the
 --              {next_window} events after them, events in ({cooc_start}, {stats_as_of}])
---   popular    the items engaged by the most distinct users since {popular_start}
+--   popular    the items engaged by the most distinct users in the last {popular_micros} microseconds
 --   retrieval  the FM's user representation against item representations (FAISS inner product)
 -- Every source scores in [0, 1] per user and keeps its best {source_items} items per user; all but
 -- `recent` skip items the user already engaged. The blend is linear in the source scores and three
 -- activity features of the user (`features` below): spec_score = the blend (a logit when learned),
 -- request_score = the request model's probability (the verifier's input when precompute.verifier.rule
 -- is `request`; NULL without one).
--- The item-item statistics (item_cooc, item_next) are as of {stats_as_of} <= {as_of}
+-- The item-item statistics (item_cooc, item_next) are as of {stats_as_of} <= the as-of
 -- (precompute.candidates.item_stats_hours); jobs/candidates.py shares them between the runs of a period.
 -- jobs/candidates.py caches active_users, user_activity, user_recent and engaged once per run: several
 -- sources and the features read them.
 
 CREATE OR REPLACE TEMP VIEW past_events AS
-SELECT user_id, item_id, ts FROM events WHERE ts <= {as_of};
+SELECT user_id, item_id, ts, tick_as_of FROM events WHERE ts <= tick_as_of;
 
 -- The fast lane (jobs/fast_lane.py) speculates for its users only (view `lane_users`, filled by
 -- jobs/candidates.py): every per-user view below joins active_users, so they all shrink with it.
 CREATE OR REPLACE TEMP VIEW active_users AS
 SELECT DISTINCT user_id FROM past_events
-WHERE ts > {lookback_start} AND (NOT {restrict_users} OR user_id IN (SELECT user_id FROM lane_users));
+WHERE unix_micros(ts) > unix_micros(tick_as_of) - {lookback_micros} AND (NOT {restrict_users} OR user_id IN (SELECT user_id FROM lane_users));
 
 -- Fractional constants carry the D suffix: a plain 1.0 is a DECIMAL literal in Spark SQL, and decimal
 -- arithmetic runs in BigDecimal, several times slower than doubles; every score here is a double anyway.
@@ -40,8 +44,8 @@ WHERE ts > {lookback_start} AND (NOT {restrict_users} OR user_id IN (SELECT user
 CREATE OR REPLACE TEMP VIEW user_activity AS
 SELECT p.user_id,
        ln(1.0D + count(*)) AS log_events,
-       ln(1.0D + count_if(p.ts > {hour_start})) AS log_events_last_hour,
-       least((unix_seconds({as_of}) - unix_seconds(max(p.ts))) / 86400.0D, 7.0D) AS days_since_last
+       ln(1.0D + count_if(unix_micros(p.ts) > unix_micros(p.tick_as_of) - 3600000000)) AS log_events_last_hour,
+       least((unix_seconds(max(p.tick_as_of)) - unix_seconds(max(p.ts))) / 86400.0D, 7.0D) AS days_since_last
 FROM past_events p JOIN active_users a ON a.user_id = p.user_id
 GROUP BY p.user_id;
 
@@ -113,13 +117,13 @@ SELECT user_id, item_id, raw / max(raw) OVER (PARTITION BY user_id) AS score FRO
 CREATE OR REPLACE TEMP VIEW trending AS
 SELECT item_id, n / max(n) OVER () AS score FROM (
   SELECT item_id, n, row_number() OVER (ORDER BY n DESC, item_id) AS rn
-  FROM (SELECT item_id, count(*) AS n FROM past_events WHERE ts > {trending_start} GROUP BY item_id)
+  FROM (SELECT item_id, count(*) AS n FROM past_events WHERE unix_micros(ts) > unix_micros(tick_as_of) - {trending_micros} GROUP BY item_id)
 ) WHERE rn <= {trending_items};
 
 CREATE OR REPLACE TEMP VIEW popular AS
 SELECT item_id, n / max(n) OVER () AS score FROM (
   SELECT item_id, n, row_number() OVER (ORDER BY n DESC, item_id) AS rn
-  FROM (SELECT item_id, count(DISTINCT user_id) AS n FROM past_events WHERE ts > {popular_start} GROUP BY item_id)
+  FROM (SELECT item_id, count(DISTINCT user_id) AS n FROM past_events WHERE unix_micros(ts) > unix_micros(tick_as_of) - {popular_micros} GROUP BY item_id)
 ) WHERE rn <= {popular_items};
 
 CREATE OR REPLACE TEMP VIEW source_scores AS

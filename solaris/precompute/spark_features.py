@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from solaris.config import SolarisConfig
 
@@ -22,13 +22,33 @@ _TICK_VECTORS: dict[tuple[str, datetime, str], Any] = {}
 # (events table path, as_of, history length) -> every user's history at the tick (see tick_histories).
 _TICK_HISTORIES: dict[tuple[str, datetime, int], Any] = {}
 EVENT_COLUMNS = ("user_id", "item_id", "ts", "label")
+# The tick's as-of as a column of every visible event (see visible_events).
+TICK_AS_OF = "tick_as_of"
+
+
+def within_hours(hours: float, column: str = "ts") -> Column:
+    """``column > as_of - hours`` on :func:`visible_events` rows, with the as-of read from the rows'
+    ``tick_as_of`` column instead of written into the query (same rows; why: visible_events)."""
+    from pyspark.sql import functions as F
+
+    from solaris.timeutil import window_micros
+
+    return F.unix_micros(column) > F.unix_micros(TICK_AS_OF) - F.lit(window_micros(hours))
 
 
 def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> DataFrame:
-    """Events with ``ts <= as_of`` (the point-in-time rule), columns the stages use.
+    """Events with ``ts <= as_of`` (the point-in-time rule), columns the stages use, and the as-of
+    itself as column ``tick_as_of``.
 
     Inside :func:`tick_events` for the same ``as_of`` this is the tick's cached frame, so the
     stages of one tick (candidates, score, knn) read the events table once, not once each.
+
+    Why the as-of as a column: Spark generates and compiles Java code per query, and reuses the
+    compiled class only for identical source text. A time written into a query as a literal (a
+    window start, ``as_of`` itself) is in that text, so a long session compiled and JIT-optimised
+    the same code again every hour. Windows written against the cached column
+    (:func:`within_hours`, ``sql/candidates.sql``) keep the text the same from one tick to the next.
+    The filter at the table scan stays a literal: there it is what skips files.
     """
     from pyspark.sql import functions as F
 
@@ -36,7 +56,8 @@ def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) 
     if cached is not None:
         return cached
     events = spark.read.format("delta").load(config.table_path("events"))
-    return events.where(F.col("ts") <= F.lit(as_of)).select(*EVENT_COLUMNS)
+    return events.where(F.col("ts") <= F.lit(as_of)).select(
+        *EVENT_COLUMNS, F.lit(as_of).cast("timestamp").alias(TICK_AS_OF))
 
 
 @contextmanager

@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from solaris.config import CandidateConfig, VerifierConfig
-from solaris.timeutil import utc_stamp
+from solaris.timeutil import utc_stamp, window_micros
 
 SOURCES = ("cooc", "trending", "recent", "next", "popular", "retrieval")
 # The blend's inputs, in the order of the SQL's `features` view: one score per source, then the user's activity.
@@ -95,21 +95,20 @@ def hand_blend(config: CandidateConfig) -> LinearModel:
 
 def candidate_params(config: CandidateConfig, as_of: datetime, blend: LinearModel | None = None,
                      request: LinearModel | None = None, restrict_users: bool = False) -> dict:
-    """Parameters of sql/candidates.sql: window starts as timestamps, source switches, the two models.
+    """Parameters of sql/candidates.sql: the windows that end at the as-of as lengths in microseconds
+    (the query reads the as-of from its events: ``tick_as_of``), the item statistics' period as
+    timestamps, source switches, the two models.
 
     ``restrict_users``: only the users of the ``lane_users`` view get candidates (the fast lane).
     """
-    hours = lambda value: timedelta(hours=value)  # noqa: E731
     blend = blend or hand_blend(config)
     stats_as_of = item_stats_as_of(as_of, config.item_stats_hours)
     return {
-        "as_of": as_of,
-        "lookback_start": as_of - hours(config.lookback_hours),
-        "hour_start": as_of - hours(1),
+        "lookback_micros": window_micros(config.lookback_hours),
         "stats_as_of": stats_as_of,
         "cooc_start": stats_as_of - timedelta(days=config.cooc_days),
-        "trending_start": as_of - hours(config.trending_hours),
-        "popular_start": as_of - timedelta(days=config.popular_days),
+        "trending_micros": window_micros(config.trending_hours),
+        "popular_micros": window_micros(24 * config.popular_days),
         "recent_items": config.recent_items,
         "cooc_items_per_user": config.cooc_items_per_user,
         "cooc_neighbors": config.cooc_neighbors,

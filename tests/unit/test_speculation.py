@@ -79,10 +79,14 @@ def test_ttl_arithmetic_across_day_boundary():
 
 def test_candidate_params_render_into_sql():
     as_of = datetime(2000, 12, 1, tzinfo=timezone.utc)
-    params = candidate_params(CandidateConfig(lookback_hours=24, trending_hours=2), as_of)
-    assert params["lookback_start"] == datetime(2000, 11, 30, tzinfo=timezone.utc)
+    params = candidate_params(CandidateConfig(lookback_hours=24, trending_hours=2, item_stats_hours=24), as_of)
+    assert params["lookback_micros"] == 24 * 3600 * 10**6 and params["trending_micros"] == 2 * 3600 * 10**6
     sql = render("candidates", **params)
-    assert "TIMESTAMP '2000-11-30 00:00:00.000000'" in sql and "{" not in sql
+    assert "TIMESTAMP '2000-12-01 00:00:00.000000'" in sql and "{" not in sql  # the statistics' period
+    # the windows that end at the as-of are read from the events, so the next hour renders the same text
+    later = candidate_params(CandidateConfig(lookback_hours=24, trending_hours=2, item_stats_hours=24),
+                             as_of + timedelta(hours=1))
+    assert render("candidates", **later) == sql
     parts = statements(sql)
     assert parts[-1].lstrip().upper().startswith("SELECT") and len(parts) == 19
 
@@ -113,7 +117,8 @@ def test_item_statistics_are_as_of_the_period_start_never_later_than_the_run():
     assert item_stats_as_of(datetime(2000, 12, 1, 5), 24) == datetime(2000, 12, 1)  # naive stays naive
     params = candidate_params(CandidateConfig(item_stats_hours=24, cooc_days=1), at(13, 0))
     assert params["stats_as_of"] == at(0, 0) and params["cooc_start"] == datetime(2000, 11, 30, tzinfo=timezone.utc)
-    assert params["as_of"] == at(13, 0) and params["hour_start"] == at(12, 0)  # the rest stays the run's
+    # the other windows end at the run's as-of, which the query reads from its events (tick_as_of)
+    assert "2000-12-01 13:00" not in render("candidates", **params)
 
 
 def test_sql_rendering_refuses_unsafe_values_and_missing_params():
