@@ -46,6 +46,11 @@ class CandidatesResult:
 SPECULATOR_FILE = "speculator.json"
 # The retrieval parts and the run-shared views of the last prepare_views call, dropped at the next call.
 _CACHED: list[DataFrame] = []
+# name -> the statement that registered the SQL view of that name, as of the last prepare_views call.
+# Why: registering a view analyses its whole chain of views, ~18 statements a run; a temp view stores its
+# SQL text and resolves the views it names (`events`, `retrieval_parts`, `lane_users`) when a query
+# runs, so a view whose text has not changed since the last run already reads this run's inputs.
+_REGISTERED: dict[str, str] = {}
 # The per-user views of a run that several sources and the features read: cached once per run (Why:
 # the final query would otherwise recompute each of them from the events once per reader).
 RUN_SHARED_VIEWS = ("active_users", "user_activity", "user_recent", "engaged")
@@ -186,8 +191,11 @@ def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
         name = _view_name(statement)
         if period is not None and ITEM_STAT_VIEWS.get(name) in rules.sources:
             period.frame(name, statement).createOrReplaceTempView(name)
+            _REGISTERED.pop(name, None)  # a frame now, not this SQL text
             continue
-        spark.sql(statement)
+        if _REGISTERED.get(name) != statement or not spark.catalog.tableExists(name):
+            spark.sql(statement)
+            _REGISTERED[name] = statement
     if period is not None:
         period.store()
     for name in RUN_SHARED_VIEWS:  # in this order: each later view reads the cached active_users
