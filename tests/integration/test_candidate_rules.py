@@ -20,7 +20,7 @@ def _events(spark, config, rows):
     frame.write.format("delta").mode("overwrite").save(config.table_path("events"))
 
 
-def _pairs(spark, config, as_of=AS_OF, **overrides):
+def _rules_config(config, **overrides):
     from solaris.config import load_config
     from tests.conftest import TEST_OVERRIDES
 
@@ -28,8 +28,11 @@ def _pairs(spark, config, as_of=AS_OF, **overrides):
     # and item statistics as of the run (each test's events sit hours before it, after midnight)
     rules = {"sources": "[cooc, trending, recent]", "blend": "hand", "item_stats_hours": 1, **overrides}
     settings = [f"precompute.candidates.{k}={v}" for k, v in rules.items()]
-    cfg = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={config.warehouse}", *settings])
-    rows = build_candidates(spark, cfg, as_of, "run-x").collect()
+    return load_config(overrides=[*TEST_OVERRIDES, f"warehouse={config.warehouse}", *settings])
+
+
+def _pairs(spark, config, as_of=AS_OF, **overrides):
+    rows = build_candidates(spark, _rules_config(config, **overrides), as_of, "run-x").collect()
     return {(r["user_id"], r["item_id"]): r for r in rows}
 
 
@@ -119,6 +122,43 @@ def test_a_run_caches_the_shared_per_user_views_once_and_releases_them_after_its
     config = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={world.warehouse}"])
     assert candidates.run(spark, config, AS_OF, "run-release").pairs > 0
     assert candidates._CACHED == [] and not any(cached())
+
+
+def test_a_view_kept_from_the_run_before_reads_this_run_s_events(spark, world, monkeypatch):
+    """prepare_views registers a view again only when its SQL text changed since the last run (the
+    windows read the as-of from the events, so most views do not change from one hour to the next);
+    a kept view resolves the new run's events when queried: the run gives what a run with every
+    view registered afresh gives, and not what the run before gave."""
+    from pyspark.sql import SparkSession
+
+    from solaris.jobs import candidates
+    from solaris.precompute.speculation import candidate_params
+    from solaris.storage.sql import render, statements
+
+    earlier_as_of = AS_OF - timedelta(hours=3)
+    earlier = _pairs(spark, world, as_of=earlier_as_of)
+    created: list[str] = []
+    real_sql = SparkSession.sql
+
+    def counting_sql(self, query, *args, **kwargs):
+        if query.lstrip().upper().startswith("CREATE"):
+            created.append(query)
+        return real_sql(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(SparkSession, "sql", counting_sql)
+    kept = _pairs(spark, world)
+    monkeypatch.undo()
+    # only the views whose text changed with the hour were registered again (here: the item
+    # statistics' windows, as of each run under item_stats_hours 1)
+    rules = _rules_config(world).precompute.candidates
+    before, now = (statements(render("candidates", **candidate_params(rules, at)))[:-1]
+                   for at in (earlier_as_of, AS_OF))
+    changed = [statement for statement in now if statement not in before]
+    assert 0 < len(created) == len(changed) < len(now)
+    for name in list(candidates._REGISTERED):
+        spark.catalog.dropTempView(name)
+    candidates._REGISTERED.clear()
+    assert kept == _pairs(spark, world) and kept != earlier
 
 
 def test_no_active_users_gives_no_candidates(spark, world):
