@@ -46,11 +46,6 @@ class CandidatesResult:
 SPECULATOR_FILE = "speculator.json"
 # The retrieval parts and the run-shared views of the last prepare_views call, dropped at the next call.
 _CACHED: list[DataFrame] = []
-# name -> the statement that registered the SQL view of that name, as of the last prepare_views call.
-# Why: registering a view analyses its whole chain of views, ~18 statements a run; a temp view stores its
-# SQL text and resolves the views it names (`events`, `retrieval_parts`, `lane_users`) when a query
-# runs, so a view whose text has not changed since the last run already reads this run's inputs.
-_REGISTERED: dict[str, str] = {}
 # The per-user views of a run that several sources and the features read: cached once per run (Why:
 # the final query would otherwise recompute each of them from the events once per reader).
 RUN_SHARED_VIEWS = ("active_users", "user_activity", "user_recent", "engaged")
@@ -63,6 +58,7 @@ ITEM_STAT_INPUTS = {"item_cooc": ("cooc_window", "item_cooc"), "item_next": ("us
 # at a time.
 _ITEM_STATS: dict[tuple, dict[str, DataFrame]] = {}
 _VIEW_NAME = re.compile(r"^CREATE OR REPLACE TEMP VIEW (\w+)", re.IGNORECASE)
+_VIEW_QUERY = re.compile(r"^CREATE OR REPLACE TEMP VIEW \w+ AS\s+(.*)$", re.IGNORECASE | re.DOTALL)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -191,11 +187,9 @@ def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
         name = _view_name(statement)
         if period is not None and ITEM_STAT_VIEWS.get(name) in rules.sources:
             period.frame(name, statement).createOrReplaceTempView(name)
-            _REGISTERED.pop(name, None)  # a frame now, not this SQL text
             continue
-        if _REGISTERED.get(name) != statement or not spark.catalog.tableExists(name):
+        if not _registered_as(spark, name, statement):
             spark.sql(statement)
-            _REGISTERED[name] = statement
     if period is not None:
         period.store()
     for name in RUN_SHARED_VIEWS:  # in this order: each later view reads the cached active_users
@@ -214,6 +208,25 @@ def release_cached() -> None:
 def _view_name(statement: str) -> str:
     match = _VIEW_NAME.match(statement)
     return match.group(1) if match else ""
+
+
+def _registered_as(spark: SparkSession, name: str, statement: str) -> bool:
+    """Whether the session's temp view ``name`` is already the view ``statement`` creates (the same
+    SQL text), so registering it again would change nothing.
+
+    Why ask: registering a view analyses its whole chain of views (18 statements a run), and a temp
+    view keeps its SQL text and resolves the views it names (``events``, ``retrieval_parts``,
+    ``lane_users``) only when a query runs, so a view whose text has not changed since the last run
+    already reads this run's inputs. The text is the one Spark stored (a view of that name
+    registered by anyone else does not match); a catalog that cannot be asked means register.
+    """
+    query = _VIEW_QUERY.match(statement)
+    try:
+        view = spark._jsparkSession.sessionState().catalog().getTempView(name)  # noqa: SLF001 - no Python API
+        text = view.get().desc().viewText() if view.isDefined() else None
+        return query is not None and text is not None and text.isDefined() and text.get() == query.group(1)
+    except Exception:  # noqa: BLE001 - another Spark's internals: register as before
+        return False
 
 
 class _PeriodStatistics:
