@@ -218,7 +218,9 @@ def _registered_as(spark: SparkSession, name: str, statement: str) -> bool:
     view keeps its SQL text and resolves the views it names (``events``, ``retrieval_parts``,
     ``lane_users``) only when a query runs, so a view whose text has not changed since the last run
     already reads this run's inputs. The text is the one Spark stored (a view of that name
-    registered by anyone else does not match); a catalog that cannot be asked means register.
+    registered by anyone else does not match); a catalog that cannot be asked means register. A kept
+    view also keeps the SQL settings it was registered under; the pipeline's sessions do not change
+    them between runs.
     """
     query = _VIEW_QUERY.match(statement)
     try:
@@ -309,7 +311,7 @@ class _PeriodStatistics:
 
 def _materialise(frame: DataFrame) -> DataFrame:
     """Compute now and cut the lineage (a local checkpoint, not ``persist``): the frame must not depend
-    on this run's views, because replacing a temp view (``events``, ``past_events`` at the next run)
+    on this run's views, because replacing a temp view (``events`` at the next run)
     uncaches every cached plan built on the old one). A local checkpoint lives on the executors that
     computed it: a long session on a cluster that removes executors (dynamic allocation) should set
     ``item_stats_hours`` 1 (one process per stage, as the DAGs run, keeps nothing between runs)."""

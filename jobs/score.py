@@ -135,8 +135,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
                 .when(F.octet_length("embedding") != 4 * config.model.embedding_dim, F.lit("wrong embedding dimension"))
                 .when(F.isnan("verifier_score"), F.lit("non-finite verifier_score")),
             )
-            # the as-of into the cached rows, not into the queries that read them (rank, writes): they
-            # keep the same text every hour (solaris.precompute.spark_features.visible_events: why)
+            # the as-of into the cached rows, not into the queries that read them (the writes), so
+            # their text does not carry it (solaris.precompute.spark_features.visible_events: why)
             .withColumn("computed_at", F.lit(as_of).cast("timestamp"))
             .persist(StorageLevel.MEMORY_AND_DISK)
         )

@@ -16,7 +16,7 @@ def utc_stamp(moment: datetime) -> str:
 
 def window_micros(hours: float) -> int:
     """A window of ``hours`` in whole microseconds, Spark's timestamp unit: windows compared against a
-    time column (``unix_micros(ts) > unix_micros(tick_as_of) - n``) rather than a time literal."""
+    time column (``ts > timestamp_micros(unix_micros(tick_as_of) - n)``) rather than a time literal."""
     return round(hours * 3_600_000_000)
 
 

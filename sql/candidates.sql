@@ -2,9 +2,11 @@
 -- Input views: `events` (the events visible at the as-of, cached once per tick, each row carrying the as-of
 -- as `tick_as_of`) and `retrieval_parts` (user_id, item_id, score: the FM retrieval source, computed in
 -- jobs/candidates.py; empty when off). Only events with ts <= tick_as_of are read (docs/architecture.md §2).
--- Every window that ends at the as-of is written against `tick_as_of` (unix microseconds minus the window's
--- length), never as a timestamp literal, so the query text, and the code Spark compiles for it, is the same
--- every hour (solaris/precompute/spark_features.py, visible_events).
+-- Every window that ends at the as-of is written against `tick_as_of` (`ts > tick_as_of - the window's
+-- length`, in microseconds), never as a timestamp literal, so the query text, and the code Spark compiles
+-- for it, is the same every hour but for the item statistics' period (solaris/precompute/spark_features.py,
+-- visible_events). `ts` stays alone on its side: where `tick_as_of` is a constant (a stage run in its own
+-- process) Spark folds the bound into a timestamp, and the table scan skips the files outside the window.
 -- Users active in the last {lookback_micros} microseconds get candidates from these sources, each tagged in
 -- `source`:
 --   cooc       items co-engaged (same user, recent events in ({cooc_start}, {stats_as_of}]) with the user's
@@ -32,7 +34,7 @@ SELECT user_id, item_id, ts, tick_as_of FROM events WHERE ts <= tick_as_of;
 -- jobs/candidates.py): every per-user view below joins active_users, so they all shrink with it.
 CREATE OR REPLACE TEMP VIEW active_users AS
 SELECT DISTINCT user_id FROM past_events
-WHERE unix_micros(ts) > unix_micros(tick_as_of) - {lookback_micros} AND (NOT {restrict_users} OR user_id IN (SELECT user_id FROM lane_users));
+WHERE ts > timestamp_micros(unix_micros(tick_as_of) - {lookback_micros}) AND (NOT {restrict_users} OR user_id IN (SELECT user_id FROM lane_users));
 
 -- Fractional constants carry the D suffix: a plain 1.0 is a DECIMAL literal in Spark SQL, and decimal
 -- arithmetic runs in BigDecimal, several times slower than doubles; every score here is a double anyway.
@@ -44,7 +46,7 @@ WHERE unix_micros(ts) > unix_micros(tick_as_of) - {lookback_micros} AND (NOT {re
 CREATE OR REPLACE TEMP VIEW user_activity AS
 SELECT p.user_id,
        ln(1.0D + count(*)) AS log_events,
-       ln(1.0D + count_if(unix_micros(p.ts) > unix_micros(p.tick_as_of) - 3600000000)) AS log_events_last_hour,
+       ln(1.0D + count_if(p.ts > timestamp_micros(unix_micros(p.tick_as_of) - 3600000000))) AS log_events_last_hour,
        least((unix_seconds(max(p.tick_as_of)) - unix_seconds(max(p.ts))) / 86400.0D, 7.0D) AS days_since_last
 FROM past_events p JOIN active_users a ON a.user_id = p.user_id
 GROUP BY p.user_id;
@@ -117,13 +119,13 @@ SELECT user_id, item_id, raw / max(raw) OVER (PARTITION BY user_id) AS score FRO
 CREATE OR REPLACE TEMP VIEW trending AS
 SELECT item_id, n / max(n) OVER () AS score FROM (
   SELECT item_id, n, row_number() OVER (ORDER BY n DESC, item_id) AS rn
-  FROM (SELECT item_id, count(*) AS n FROM past_events WHERE unix_micros(ts) > unix_micros(tick_as_of) - {trending_micros} GROUP BY item_id)
+  FROM (SELECT item_id, count(*) AS n FROM past_events WHERE ts > timestamp_micros(unix_micros(tick_as_of) - {trending_micros}) GROUP BY item_id)
 ) WHERE rn <= {trending_items};
 
 CREATE OR REPLACE TEMP VIEW popular AS
 SELECT item_id, n / max(n) OVER () AS score FROM (
   SELECT item_id, n, row_number() OVER (ORDER BY n DESC, item_id) AS rn
-  FROM (SELECT item_id, count(DISTINCT user_id) AS n FROM past_events WHERE unix_micros(ts) > unix_micros(tick_as_of) - {popular_micros} GROUP BY item_id)
+  FROM (SELECT item_id, count(DISTINCT user_id) AS n FROM past_events WHERE ts > timestamp_micros(unix_micros(tick_as_of) - {popular_micros}) GROUP BY item_id)
 ) WHERE rn <= {popular_items};
 
 CREATE OR REPLACE TEMP VIEW source_scores AS

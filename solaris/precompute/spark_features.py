@@ -28,12 +28,15 @@ TICK_AS_OF = "tick_as_of"
 
 def within_hours(hours: float, column: str = "ts") -> Column:
     """``column > as_of - hours`` on :func:`visible_events` rows, with the as-of read from the rows'
-    ``tick_as_of`` column instead of written into the query (same rows; why: visible_events)."""
+    ``tick_as_of`` column instead of written into the query (same rows; why: visible_events).
+
+    ``column`` stays alone on its side of the comparison: on uncached events ``tick_as_of`` is a
+    constant, Spark folds the bound into a timestamp and the scan skips the files outside the window."""
     from pyspark.sql import functions as F
 
     from solaris.timeutil import window_micros
 
-    return F.unix_micros(column) > F.unix_micros(TICK_AS_OF) - F.lit(window_micros(hours))
+    return F.col(column) > F.timestamp_micros(F.unix_micros(TICK_AS_OF) - F.lit(window_micros(hours)))
 
 
 def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> DataFrame:
@@ -48,7 +51,8 @@ def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) 
     window start, ``as_of`` itself) is in that text, so a long session compiled and JIT-optimised
     the same code again every hour. Windows written against the cached column
     (:func:`within_hours`, ``sql/candidates.sql``) keep the text the same from one tick to the next.
-    The filter at the table scan stays a literal: there it is what skips files.
+    The filter at the table scan stays a literal: there it is what skips files (and outside a tick's
+    cache the windows fold back into literals at the scan, so a stage run alone skips files as before).
     """
     from pyspark.sql import functions as F
 

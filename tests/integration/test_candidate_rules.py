@@ -153,8 +153,9 @@ def test_a_view_kept_from_the_run_before_reads_this_run_s_events(spark, world, m
     rules = _rules_config(world).precompute.candidates
     before, now = (statements(render("candidates", **candidate_params(rules, at)))[:-1]
                    for at in (earlier_as_of, AS_OF))
-    changed = [statement for statement in now if statement not in before]
-    assert 0 < len(created) == len(changed) < len(now)
+    changed = [candidates._view_name(statement) for statement in now if statement not in before]
+    assert 0 < len(changed) < len(now)
+    assert [candidates._view_name(statement) for statement in created] == changed
     # a view of one of those names with another text (whoever registered it) is replaced, not trusted
     spark.sql("CREATE OR REPLACE TEMP VIEW trending AS SELECT 13L AS item_id, 0.5D AS score")
     assert _pairs(spark, world) == kept
@@ -165,6 +166,13 @@ def test_a_view_kept_from_the_run_before_reads_this_run_s_events(spark, world, m
 
 def test_no_active_users_gives_no_candidates(spark, world):
     assert _pairs(spark, world, lookback_hours=0.5) == {}
+
+
+def test_a_window_that_ends_at_the_as_of_excludes_its_start(spark, world):
+    """User 3's event sits exactly 1 h before the as-of: outside a 1 h lookback (the window is
+    (as_of - 1 h, as_of]), inside one a microsecond longer."""
+    assert _pairs(spark, world, lookback_hours=1) == {}
+    assert {user for user, _ in _pairs(spark, world, lookback_hours=1 + 1 / 3.6e9)} == {3}
 
 
 def test_an_event_after_as_of_changes_neither_candidates_nor_learned_models(spark, make_config):
