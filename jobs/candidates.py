@@ -57,8 +57,8 @@ ITEM_STAT_INPUTS = {"item_cooc": ("cooc_window", "item_cooc"), "item_next": ("us
 # runs of that period in this Spark session: period -> {statistic key: materialised frame}. One period
 # at a time.
 _ITEM_STATS: dict[tuple, dict[str, DataFrame]] = {}
-_VIEW_NAME = re.compile(r"^CREATE OR REPLACE TEMP VIEW (\w+)", re.IGNORECASE)
-_VIEW_QUERY = re.compile(r"^CREATE OR REPLACE TEMP VIEW \w+ AS\s+(.*)$", re.IGNORECASE | re.DOTALL)
+# A statement of sql/candidates.sql that creates a view: its name, and the query Spark stores as its text.
+_VIEW = re.compile(r"^CREATE OR REPLACE TEMP VIEW (\w+)(?:\s+AS\s+(.*))?$", re.IGNORECASE | re.DOTALL)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -206,7 +206,7 @@ def release_cached() -> None:
 
 
 def _view_name(statement: str) -> str:
-    match = _VIEW_NAME.match(statement)
+    match = _VIEW.match(statement)
     return match.group(1) if match else ""
 
 
@@ -222,11 +222,15 @@ def _registered_as(spark: SparkSession, name: str, statement: str) -> bool:
     view also keeps the SQL settings it was registered under; the pipeline's sessions do not change
     them between runs.
     """
-    query = _VIEW_QUERY.match(statement)
+    match = _VIEW.match(statement)
+    if match is None or match.group(2) is None:
+        return False
     try:
         view = spark._jsparkSession.sessionState().catalog().getTempView(name)  # noqa: SLF001 - no Python API
-        text = view.get().desc().viewText() if view.isDefined() else None
-        return query is not None and text is not None and text.isDefined() and text.get() == query.group(1)
+        if not view.isDefined():
+            return False
+        text = view.get().desc().viewText()
+        return bool(text.isDefined() and text.get() == match.group(2))
     except Exception:  # noqa: BLE001 - another Spark's internals: register as before
         return False
 
