@@ -69,20 +69,17 @@ def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: date
     import numpy as np
     import pandas as pd
     import torch
-    from pyspark.sql import functions as F
 
     from solaris.enrichment.items import impute_items
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
     from solaris.precompute.spark_features import visible_events, within_hours
     from solaris.storage.embedding_codec import decode
-    from solaris.storage.tables import merge_if_new_run, table_exists, table_version
+    from solaris.storage.tables import merge_if_new_run, servable_rows, table_exists, table_version
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
     aggregates_path, path = config.table_path("item_embeddings"), config.table_path("imputed_item_embeddings")
     if table_exists(spark, aggregates_path):
-        sources = (spark.read.format("delta").load(aggregates_path)
-                   .where((F.col("computed_at") <= F.lit(as_of)) & (F.col("expires_at") > F.lit(as_of)))
-                   .select("item_id", "embedding").toArrow())
+        sources = servable_rows(spark, aggregates_path, as_of, ["item_id", "embedding"])
         source_ids = sources.column("item_id").to_numpy().astype(np.int64)
         source_embeddings = decode(sources.column("embedding"), dim)
     else:

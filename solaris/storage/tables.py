@@ -169,6 +169,40 @@ def run_rows(spark: "SparkSession", path: str, run_id: str, columns: Sequence[st
     return pa.concat_tables(parts)
 
 
+def servable_rows(spark: "SparkSession", path: str, as_of: datetime, columns: Sequence[str]) -> Any:
+    """``columns`` of the rows of a small Delta table servable at ``as_of`` (``computed_at <= as_of <
+    expires_at``), as a pyarrow table.
+
+    Why: a stage that reads back a table it has just written (tier 6 reads the item aggregates the
+    same run MERGEd) makes Spark rebuild the new version's snapshot and plan a scan - seconds of
+    Spark jobs for a few thousand rows; ``deltalake`` reads the same version from the log and the
+    files. For the recently engaged catalogue only, never for users or pairs. Spark reads instead
+    when the table is not a local folder or ``deltalake`` cannot read it (a table feature it lacks).
+    """
+    import os
+
+    import pyarrow.dataset as ds
+
+    def with_spark() -> Any:
+        from pyspark.sql import functions as F
+
+        return (spark.read.format("delta").load(path)
+                .where((F.col("computed_at") <= F.lit(as_of)) & (F.col("expires_at") > F.lit(as_of)))
+                .select(*columns).toArrow())
+
+    if not os.path.isdir(path):
+        return with_spark()
+    try:
+        from deltalake import DeltaTable
+
+        dataset = DeltaTable(path).to_pyarrow_dataset()
+        stamp = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=timezone.utc)
+        return dataset.to_table(columns=list(columns),
+                                filter=(ds.field("computed_at") <= stamp) & (ds.field("expires_at") > stamp))
+    except Exception:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
+        return with_spark()
+
+
 def stored_partitions(path: str, column: str) -> set[str]:
     """The values of partition column ``column`` that live files of the table hold, from its Delta
     log (no Spark job): whether a partition was written, without asking Spark."""

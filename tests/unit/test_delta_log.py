@@ -3,11 +3,20 @@ a run's rows."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from solaris.storage.tables import commit_metrics, may_hold, run_rows, stored_partitions, table_rows
+from solaris.storage.tables import (
+    commit_metrics,
+    may_hold,
+    run_rows,
+    servable_rows,
+    stored_partitions,
+    table_rows,
+)
 
 
 def _runs(*run_ids: str) -> pa.Table:
@@ -105,3 +114,21 @@ def test_a_run_s_rows_come_from_spark_for_a_partition_column_or_a_column_pyarrow
     assert run_rows(spark, path, "r", ("day",)).column("day").to_pylist() == ["from spark"]
     assert run_rows(spark, path, "r", ("no_such_column",)).column("day").to_pylist() == ["from spark"]
     assert run_rows(spark, path, "r", ("value",)).column("value").to_pylist() == [1]
+
+
+def test_servable_rows_are_those_computed_by_and_not_expired_at_the_as_of(tmp_path):
+    path = str(tmp_path / "t")
+    as_of = datetime(2000, 12, 1, 3, tzinfo=timezone.utc)
+    hour = timedelta(hours=1)
+    # (item, computed_at, expires_at): servable at the as-of are 1 (computed at it) and 4
+    rows = [(1, as_of, as_of + hour), (2, as_of + hour, as_of + 2 * hour), (3, as_of - hour, as_of),
+            (4, as_of - 2 * hour, as_of + hour), (5, as_of - 3 * hour, as_of - hour)]
+    stamps = pa.timestamp("us", tz="UTC")
+    write_deltalake(path, pa.table({"item_id": pa.array([r[0] for r in rows], pa.int64()),
+                                    "computed_at": pa.array([r[1] for r in rows], stamps),
+                                    "expires_at": pa.array([r[2] for r in rows], stamps)}))
+    assert sorted(servable_rows(None, path, as_of, ["item_id"]).column("item_id").to_pylist()) == [1, 4]
+    naive = servable_rows(None, path, as_of.replace(tzinfo=None), ["item_id", "expires_at"])  # read as UTC
+    assert sorted(naive.column("item_id").to_pylist()) == [1, 4] and naive.column_names == ["item_id", "expires_at"]
+    DeltaTable(path).delete("item_id = 4")  # removed rows are not servable
+    assert servable_rows(None, path, as_of, ["item_id"]).column("item_id").to_pylist() == [1]
