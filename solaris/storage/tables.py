@@ -34,7 +34,7 @@ COMMIT_ATTEMPTS = 6
 
 
 def _is_commit_conflict(error: BaseException) -> bool:
-    """True for Delta's optimistic-concurrency failures (another writer committed first)."""
+    """True for Delta's optimistic-concurrency failures (another writer committed first), Spark's or deltalake's."""
     try:
         from delta.exceptions.base import (
             ConcurrentWriteException,
@@ -46,6 +46,10 @@ def _is_commit_conflict(error: BaseException) -> bool:
         return False
     if isinstance(error, (DeltaConcurrentModificationException, ProtocolChangedException, ConcurrentWriteException,
                           MetadataChangedException)):
+        return True
+    from deltalake.exceptions import CommitFailedError
+
+    if isinstance(error, CommitFailedError):  # deltalake's writer: a concurrent commit conflicts with this one
         return True
     # Errors that reach Python unconverted (e.g. two sessions creating the same table) keep Delta's
     # error class in their message.
@@ -430,14 +434,43 @@ def _runs_schema() -> StructType:
 def _write_runs(spark: "SparkSession", config: SolarisConfig, rows: list[tuple]) -> None:
     """Replace the rows of these ``(run_id, job)`` keys with ``rows`` in one commit (an upsert on the key).
 
-    Why a replaceWhere on the keys and not a MERGE: the rows are a handful of new keys (or a rerun's
-    same keys), and a MERGE runs a join of them against the whole table in several Spark jobs, while
-    a replaceWhere skips every file whose run_id statistics exclude the keys and rewrites only the
-    files that hold one. Same rows, same idempotency: a rerun's row replaces the earlier one.
+    Why with ``deltalake`` and not Spark: a handful of rows, written by every stage run on its own
+    (each spark-submit, each Airflow task) and once per in-process tick. Spark's replaceWhere costs
+    a snapshot rebuild, a scan for the files holding the keys and a write - Spark jobs and planning
+    worth about a second in a warm session, more in a fresh one; ``deltalake``'s predicate overwrite
+    does the same on the log and files in milliseconds. The guarantees are the same: one commit;
+    a rerun's row replaces the earlier one; two writers of the same keys at once conflict (the
+    later commit sees the other's added rows under its predicate) and the loser redoes its write
+    (:func:`with_commit_retry`), so a key never holds two rows. Spark writes instead when
+    ``deltalake`` refuses the table (e.g. a table feature it cannot write).
     """
     latest = {(row[0], row[1]): row for row in rows}  # a stage redone in the block: its last row wins
     keys = " OR ".join(f"(run_id = '{_sql_str(run_id)}' AND job = '{_sql_str(job)}')" for run_id, job in sorted(latest))
-    replace_where(spark.createDataFrame(list(latest.values()), _runs_schema()), config.table_path("runs"), keys)
+    path = config.table_path("runs")
+    try:
+        with_commit_retry(lambda: _overwrite_with_deltalake(path, list(latest.values()), _runs_schema(), keys),
+                          f"upsert of {len(latest)} rows into {path}")
+        return
+    except Exception as error:  # filtered just below
+        if _is_commit_conflict(error):
+            raise  # still losing the race after every retry: Spark would not do better
+        log.warning("deltalake could not write %s (%s: %s); writing it with Spark instead", path,
+                    type(error).__name__, error)
+    replace_where(spark.createDataFrame(list(latest.values()), _runs_schema()), path, keys)
+
+
+def _overwrite_with_deltalake(path: str, rows: list[tuple], schema: StructType, predicate: str) -> None:
+    """Replace the rows matching ``predicate`` with ``rows`` (the table is created by the first write)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    columns = {column.name: [row[index] for row in rows] for index, column in enumerate(arrow_schema)}
+    for column in arrow_schema:
+        if pa.types.is_map(column.type):  # a Python dict per row -> its (key, value) pairs
+            columns[column.name] = [None if value is None else list(value.items()) for value in columns[column.name]]
+    write_deltalake(path, pa.Table.from_pydict(columns, schema=arrow_schema), mode="overwrite", predicate=predicate)
 
 
 @dataclass
