@@ -19,7 +19,9 @@ aggregate at ``t`` borrow the similarity-weighted mean of the aggregates of thei
 (:func:`solaris.enrichment.items.impute_items`), MERGEd into ``imputed_item_embeddings`` on
 ``item_id`` with the same TTL and provenance (``n_neighbors``, ``similarity``). Both sides are
 collected to the driver: they are the recently engaged catalogue (thousands to a few hundred
-thousand items), not the users or the pairs. ``item_neighbors: 0`` turns tier 6 off.
+thousand items), not the users or the pairs - so they are read back and merged with ``deltalake``
+(``solaris.storage.tables.servable_rows`` / ``merge_rows_if_new_run``), without Spark's per-query
+and per-MERGE fixed costs. ``item_neighbors: 0`` turns tier 6 off.
 
 Rerunning the same run id changes nothing.
 
@@ -40,6 +42,7 @@ from solaris.runtime import job_parser, run_stage
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
 
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
     from solaris.config import SolarisConfig
@@ -58,9 +61,15 @@ class ItemAggregatesResult:
     imputed_items: int = 0
 
 
-# imputed_item_embeddings, column order and types
-IMPUTED_ITEM_SCHEMA = ("item_id long, embedding binary, n_neighbors int, similarity float, computed_at timestamp, "
-                       "expires_at timestamp, fm_version string, run_id string")
+def imputed_item_schema() -> pa.Schema:
+    """imputed_item_embeddings, column order and types (Arrow: tier 6 is written from the driver)."""
+    import pyarrow as pa
+
+    stamp = pa.timestamp("us", tz="UTC")
+    return pa.schema([
+        ("item_id", pa.int64()), ("embedding", pa.binary()), ("n_neighbors", pa.int32()), ("similarity", pa.float32()),
+        ("computed_at", stamp), ("expires_at", stamp), ("fm_version", pa.string()), ("run_id", pa.string()),
+    ])
 
 
 def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: datetime,
@@ -68,13 +77,14 @@ def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: date
     """Tier 6 at ``as_of``: write ``imputed_item_embeddings`` -> (rows this run wrote, table version)."""
     import numpy as np
     import pandas as pd
+    import pyarrow as pa
     import torch
 
     from solaris.enrichment.items import impute_items
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
     from solaris.precompute.spark_features import visible_events, within_hours
     from solaris.storage.embedding_codec import decode
-    from solaris.storage.tables import merge_if_new_run, servable_rows, table_exists, table_version
+    from solaris.storage.tables import merge_rows_if_new_run, servable_rows, table_exists, table_version
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
     aggregates_path, path = config.table_path("item_embeddings"), config.table_path("imputed_item_embeddings")
@@ -107,7 +117,8 @@ def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: date
         "fm_version": str(fm_meta["version"]),
         "run_id": run_id,
     })
-    merge_if_new_run(spark.createDataFrame(rows, IMPUTED_ITEM_SCHEMA), path, keys=["item_id"])
+    merge_rows_if_new_run(pa.Table.from_pandas(rows, schema=imputed_item_schema(), preserve_index=False), path,
+                          keys=["item_id"])
     log.info("imputed items at %s: %d of %d engaged items without an aggregate (from %d aggregates)",
              as_of, imputed.item_ids.size, targets.size, source_ids.size)
     return int(imputed.item_ids.size), table_version(spark, path)

@@ -12,6 +12,7 @@ from deltalake import DeltaTable, write_deltalake
 from solaris.storage.tables import (
     commit_metrics,
     may_hold,
+    merge_rows_if_new_run,
     run_rows,
     servable_rows,
     stored_partitions,
@@ -132,3 +133,56 @@ def test_servable_rows_are_those_computed_by_and_not_expired_at_the_as_of(tmp_pa
     assert sorted(naive.column("item_id").to_pylist()) == [1, 4] and naive.column_names == ["item_id", "expires_at"]
     DeltaTable(path).delete("item_id = 4")  # removed rows are not servable
     assert servable_rows(None, path, as_of, ["item_id"]).column("item_id").to_pylist() == [1]
+
+
+def _item_rows(items: list[int], value: float, computed_at: datetime, run_id: str) -> pa.Table:
+    stamps = pa.timestamp("us", tz="UTC")
+    return pa.table({"item_id": pa.array(items, pa.int64()), "value": pa.array([value] * len(items), pa.float64()),
+                     "computed_at": pa.array([computed_at] * len(items), stamps),
+                     "run_id": pa.array([run_id] * len(items), pa.string())})
+
+
+def _stored(path: str) -> dict[int, tuple[float, str]]:
+    table = DeltaTable(path).to_pyarrow_dataset().to_table()
+    return {item: (value, run) for item, value, run in zip(table["item_id"].to_pylist(), table["value"].to_pylist(),
+                                                            table["run_id"].to_pylist())}
+
+
+def test_driver_rows_merge_by_the_newer_run_rule(tmp_path):
+    path = str(tmp_path / "t")
+    t1 = datetime(2000, 12, 1, 1, tzinfo=timezone.utc)
+    t2 = t1 + timedelta(hours=1)
+    merge_rows_if_new_run(_item_rows([1, 2], 1.0, t1, "run-1"), path, ["item_id"])  # creates the table
+    merge_rows_if_new_run(_item_rows([1, 2], 9.0, t1, "run-1"), path, ["item_id"])  # a rerun: untouched
+    assert _stored(path) == {1: (1.0, "run-1"), 2: (1.0, "run-1")}
+    merge_rows_if_new_run(_item_rows([2, 3], 2.0, t2, "run-2"), path, ["item_id"])  # newer: replaces, inserts
+    merge_rows_if_new_run(_item_rows([2], 0.5, t1, "run-0"), path, ["item_id"])  # a late older run: no effect
+    merge_rows_if_new_run(_item_rows([3], 3.0, t2, "run-2b"), path, ["item_id"])  # same time, other run: replaces
+    assert _stored(path) == {1: (1.0, "run-1"), 2: (2.0, "run-2"), 3: (3.0, "run-2b")}
+
+
+def _merge_rounds(path: str, writer: int, rounds: int, barrier) -> None:
+    t0 = datetime(2000, 12, 1, tzinfo=timezone.utc)
+    for round_ in range(rounds):
+        barrier.wait(timeout=120)
+        # both writers merge the same items at once; the later computed_at must win whatever the commit order
+        merge_rows_if_new_run(_item_rows(list(range(5)), float(writer), t0 + timedelta(hours=2 * round_ + writer),
+                                         f"w{writer}-{round_}"), path, ["item_id"])
+
+
+def test_two_processes_merging_the_same_items_at_once_keep_one_row_each_the_newest(tmp_path):
+    import multiprocessing
+
+    path = str(tmp_path / "t")
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    rounds = 6
+    writers = [context.Process(target=_merge_rounds, args=(path, writer, rounds, barrier)) for writer in (0, 1)]
+    for process in writers:
+        process.start()
+    for process in writers:
+        process.join(timeout=300)
+    assert [process.exitcode for process in writers] == [0, 0]  # creation and commit races are redone, not raised
+    table = DeltaTable(path).to_pyarrow_dataset().to_table()
+    assert sorted(table["item_id"].to_pylist()) == list(range(5))  # one row per item
+    assert _stored(path) == {item: (1.0, f"w1-{rounds - 1}") for item in range(5)}  # the newest run's rows
