@@ -35,6 +35,13 @@ COMMIT_ATTEMPTS = 6
 
 def _is_commit_conflict(error: BaseException) -> bool:
     """True for Delta's optimistic-concurrency failures (another writer committed first), Spark's or deltalake's."""
+    from deltalake.exceptions import CommitFailedError
+
+    if isinstance(error, CommitFailedError):
+        # deltalake raises this class for every failed commit; only a concurrent writer's is worth a redo
+        # (not e.g. a table feature it cannot write, which the caller handles otherwise)
+        message = str(error).lower()
+        return "concurrent" in message or "changed since last commit" in message or "already exists" in message
     try:
         from delta.exceptions.base import (
             ConcurrentWriteException,
@@ -46,10 +53,6 @@ def _is_commit_conflict(error: BaseException) -> bool:
         return False
     if isinstance(error, (DeltaConcurrentModificationException, ProtocolChangedException, ConcurrentWriteException,
                           MetadataChangedException)):
-        return True
-    from deltalake.exceptions import CommitFailedError
-
-    if isinstance(error, CommitFailedError):  # deltalake's writer: a concurrent commit conflicts with this one
         return True
     # Errors that reach Python unconverted (e.g. two sessions creating the same table) keep Delta's
     # error class in their message.
@@ -203,7 +206,9 @@ def servable_rows(spark: "SparkSession", path: str, as_of: datetime, columns: Se
         stamp = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=timezone.utc)
         return dataset.to_table(columns=list(columns),
                                 filter=(ds.field("computed_at") <= stamp) & (ds.field("expires_at") > stamp))
-    except Exception:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
+    except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
+        log.warning("deltalake could not read %s (%s: %s); reading it with Spark instead", path,
+                    type(error).__name__, error)
         return with_spark()
 
 
@@ -342,21 +347,15 @@ def merge_rows_if_new_run(rows: Any, path: str, keys: Sequence[str]) -> None:
     would otherwise hand it to Spark only for the MERGE, whose planning, source materialisation,
     file scan and rewrite cost about a second of Spark jobs for a few thousand rows; ``deltalake``
     merges them in milliseconds. The same rule and guarantees: a concurrent commit that conflicts
-    makes the merge redo (:func:`with_commit_retry`); two first writers race to create the table and
-    the loser merges into the winner's.
+    makes the merge redo (:func:`with_commit_retry`); the table is created empty first, so rows are
+    only ever merged into an existing table.
     """
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import DeltaTable
 
     condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
 
     def write() -> None:
-        if not DeltaTable.is_deltatable(path):
-            try:
-                write_deltalake(path, rows, mode="error")
-                return
-            except Exception:
-                if not DeltaTable.is_deltatable(path):
-                    raise  # not a lost creation race
+        _create_empty_with_deltalake(path, rows.schema)
         (DeltaTable(path).merge(source=rows, predicate=condition, source_alias="s", target_alias="t")
          .when_matched_update_all(predicate=_NEWER_ROW)
          .when_not_matched_insert_all()
@@ -425,8 +424,8 @@ _AUDIT_BUFFER: list[tuple] | None = None
 def batched_audit(spark: "SparkSession", config: SolarisConfig) -> Iterator[None]:
     """Write the ``runs`` rows of every stage inside the block in one commit when it ends.
 
-    Why: a write into ``runs`` is a Delta commit with several Spark jobs, a fixed cost of seconds
-    that dwarfed most stages' real work when each of a tick's ten stages wrote its own. An
+    Why: each write into ``runs`` is a Delta commit (and with Spark, which wrote it before, several
+    jobs and seconds - more than most stages' real work when each of a tick's ten stages wrote its own). An
     in-process cycle (:func:`solaris.pipeline.run_cycle`) writes them together; the rows, keys and
     idempotency are unchanged, and they are written also when a stage fails (nothing is lost). A
     stage run on its own (spark-submit, an Airflow task) still writes its row immediately.
@@ -478,10 +477,14 @@ def _write_runs(spark: "SparkSession", config: SolarisConfig, rows: list[tuple])
     ``deltalake`` refuses the table (e.g. a table feature it cannot write).
     """
     latest = {(row[0], row[1]): row for row in rows}  # a stage redone in the block: its last row wins
-    keys = " OR ".join(f"(run_id = '{_sql_str(run_id)}' AND job = '{_sql_str(job)}')" for run_id, job in sorted(latest))
+
+    def keys(quote: Callable[[str], str]) -> str:
+        return " OR ".join(f"(run_id = '{quote(run_id)}' AND job = '{quote(job)}')" for run_id, job in sorted(latest))
+
     path = config.table_path("runs")
     try:
-        with_commit_retry(lambda: _overwrite_with_deltalake(path, list(latest.values()), _runs_schema(), keys),
+        with_commit_retry(lambda: _overwrite_with_deltalake(path, list(latest.values()), _runs_schema(),
+                                                            keys(_standard_sql_str)),
                           f"upsert of {len(latest)} rows into {path}")
         return
     except Exception as error:  # filtered just below
@@ -489,11 +492,11 @@ def _write_runs(spark: "SparkSession", config: SolarisConfig, rows: list[tuple])
             raise  # still losing the race after every retry: Spark would not do better
         log.warning("deltalake could not write %s (%s: %s); writing it with Spark instead", path,
                     type(error).__name__, error)
-    replace_where(spark.createDataFrame(list(latest.values()), _runs_schema()), path, keys)
+    replace_where(spark.createDataFrame(list(latest.values()), _runs_schema()), path, keys(_sql_str))
 
 
 def _overwrite_with_deltalake(path: str, rows: list[tuple], schema: StructType, predicate: str) -> None:
-    """Replace the rows matching ``predicate`` with ``rows`` (the table is created by the first write)."""
+    """Replace the rows matching ``predicate`` with ``rows`` (creating the table, empty, first)."""
     import pyarrow as pa
     from deltalake import write_deltalake
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -503,7 +506,27 @@ def _overwrite_with_deltalake(path: str, rows: list[tuple], schema: StructType, 
     for column in arrow_schema:
         if pa.types.is_map(column.type):  # a Python dict per row -> its (key, value) pairs
             columns[column.name] = [None if value is None else list(value.items()) for value in columns[column.name]]
+    _create_empty_with_deltalake(path, arrow_schema)
     write_deltalake(path, pa.Table.from_pydict(columns, schema=arrow_schema), mode="overwrite", predicate=predicate)
+
+
+def _create_empty_with_deltalake(path: str, schema: Any) -> None:
+    """Create an empty table of ``schema`` unless one exists.
+
+    Why empty first: a write that creates the table reads nothing, so ``deltalake`` commits it,
+    should another writer create the table first, as a plain append after that one - two rows for
+    one key. Creating an empty table is harmless twice; every row is then written into an existing
+    table, where a concurrent writer of the same keys is a conflict.
+    """
+    from deltalake import DeltaTable
+
+    if DeltaTable.is_deltatable(path):
+        return
+    try:
+        DeltaTable.create(path, schema=schema, mode="ignore")
+    except Exception:
+        if not DeltaTable.is_deltatable(path):
+            raise  # not a lost creation race
 
 
 @dataclass
@@ -544,6 +567,11 @@ class RunRecord:
 
 def _sql_str(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _standard_sql_str(value: str) -> str:
+    """A string literal's body in standard SQL (``deltalake``'s predicates): a quote is doubled."""
+    return value.replace("'", "''")
 
 
 def events_until(

@@ -20,16 +20,16 @@ def test_batched_audit_writes_every_row_in_one_commit_also_when_a_stage_fails(sp
             raise RuntimeError("stage failed")
     rows = {(r.run_id, r.job): (r.status, r.rows_out) for r in spark.read.format("delta").load(path).collect()}
     assert rows == {("r1", "candidates"): ("success", 5), ("r1", "score"): ("refused", 2)}  # the last row of a job wins
-    assert table_version(spark, path) == 0  # created with the block's rows: one commit
+    assert table_version(spark, path) == 1  # created empty (version 0), then the block's rows: one commit
 
     RunRecord(run_id="r2", job="candidates", as_of=None).write(spark, config, "success")  # outside a block: at once
-    assert table_version(spark, path) == 1
+    assert table_version(spark, path) == 2
     # a rerun's row replaces the earlier one of its (run_id, job), the other keys are untouched
     RunRecord(run_id="r1", job="score", as_of=None, rows_out=7).write(spark, config, "success")
     rows = sorted((r.run_id, r.job, r.status, r.rows_out) for r in spark.read.format("delta").load(path).collect())
     assert rows == [("r1", "candidates", "success", 5), ("r1", "score", "success", 7),
                     ("r2", "candidates", "success", 0)]
-    assert table_version(spark, path) == 2
+    assert table_version(spark, path) == 3
     assert table_version(spark, config.table_path("events")) is None
 
 
@@ -78,3 +78,28 @@ def test_the_audit_falls_back_to_spark_when_deltalake_cannot_write_the_table(spa
     RunRecord(run_id="r2", job="score", as_of=None, rows_out=3).write(spark, config, "success")
     rows = sorted((r.run_id, r.rows_out) for r in spark.read.format("delta").load(config.table_path("runs")).collect())
     assert rows == [("r1", 2), ("r2", 3)]
+
+
+def test_deltalake_writes_into_a_runs_table_spark_created(spark, make_config, monkeypatch):
+    """Warehouses from before the audit moved to deltalake hold a `runs` table Spark created."""
+    from datetime import datetime, timezone
+
+    from solaris.storage import tables
+
+    config = make_config()
+    path = config.table_path("runs")
+    now = datetime(2000, 12, 1, tzinfo=timezone.utc)
+    old_row = ("r0", "score", now, now, now, 1, 1, 0, "success", {"pair_embeddings": 3}, "{}")
+    tables.replace_where(spark.createDataFrame([old_row], tables._runs_schema()), path, "run_id = 'r0'")
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("deltalake refused a Spark-created runs table")
+
+    monkeypatch.setattr(tables, "replace_where", no_spark)
+    RunRecord(run_id="r1", job="score", as_of=now, rows_out=2, table_versions={"pair_embeddings": 4}).write(
+        spark, config, "success")
+    RunRecord(run_id="r0", job="score", as_of=now, rows_out=5).write(spark, config, "success")  # a rerun of r0
+    rows = sorted((r.run_id, r.rows_out, dict(r.table_versions), r.as_of)
+                  for r in spark.read.format("delta").load(path).collect())
+    assert [row[:3] for row in rows] == [("r0", 5, {}), ("r1", 2, {"pair_embeddings": 4})]
+    assert rows[0][3] == rows[1][3] == now.replace(tzinfo=None)  # the session's UTC time, as Spark wrote it

@@ -27,7 +27,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
-    monkeypatch.setattr(pipeline.time, "perf_counter", fake)
+    monkeypatch.setattr(pipeline, "time", SimpleNamespace(perf_counter=fake))  # this module's clock only
     monkeypatch.setattr(pipeline, "tick_events", lambda *args: nullcontext())
 
     @contextmanager

@@ -166,8 +166,10 @@ def _merge_rounds(path: str, writer: int, rounds: int, barrier) -> None:
     for round_ in range(rounds):
         barrier.wait(timeout=120)
         # both writers merge the same items at once; the later computed_at must win whatever the commit order
-        merge_rows_if_new_run(_item_rows(list(range(5)), float(writer), t0 + timedelta(hours=2 * round_ + writer),
-                                         f"w{writer}-{round_}"), path, ["item_id"])
+        # plus an item neither wrote before: two concurrent inserts of one key must not leave two rows
+        merge_rows_if_new_run(_item_rows([*range(5), 100 + round_], float(writer),
+                                         t0 + timedelta(hours=2 * round_ + writer), f"w{writer}-{round_}"),
+                              path, ["item_id"])
 
 
 def test_two_processes_merging_the_same_items_at_once_keep_one_row_each_the_newest(tmp_path):
@@ -184,5 +186,29 @@ def test_two_processes_merging_the_same_items_at_once_keep_one_row_each_the_newe
         process.join(timeout=300)
     assert [process.exitcode for process in writers] == [0, 0]  # creation and commit races are redone, not raised
     table = DeltaTable(path).to_pyarrow_dataset().to_table()
-    assert sorted(table["item_id"].to_pylist()) == list(range(5))  # one row per item
-    assert _stored(path) == {item: (1.0, f"w1-{rounds - 1}") for item in range(5)}  # the newest run's rows
+    new_items = [100 + round_ for round_ in range(rounds)]
+    assert sorted(table["item_id"].to_pylist()) == [*range(5), *new_items]  # one row per item
+    assert _stored(path) == {**{item: (1.0, f"w1-{rounds - 1}") for item in range(5)},  # the newest run's rows
+                             **{item: (1.0, f"w1-{item - 100}") for item in new_items}}
+
+
+def test_only_a_concurrent_writer_s_commit_failure_counts_as_a_conflict():
+    from deltalake.exceptions import CommitFailedError
+
+    from solaris.storage.tables import _is_commit_conflict
+
+    assert _is_commit_conflict(CommitFailedError("Commit failed: a concurrent transactions added new data."))
+    assert _is_commit_conflict(CommitFailedError("Commit failed: Metadata changed since last commit."))
+    assert not _is_commit_conflict(CommitFailedError("Unsupported writer features required: [DeletionVectors]"))
+    assert not _is_commit_conflict(ValueError("a concurrent thing, but not a commit"))
+
+
+def test_audit_keys_with_quotes_and_backslashes_are_replaced_not_duplicated(tmp_path):
+    from solaris.config import load_config
+    from solaris.storage.tables import RunRecord
+
+    config = load_config(overrides=[f"warehouse={tmp_path}"])
+    for rows_out in (1, 2):  # a rerun of the same odd key replaces its row (no Spark: deltalake writes it)
+        RunRecord(run_id="it's a \\ run", job="score", as_of=None, rows_out=rows_out).write(None, config, "success")
+    table = DeltaTable(config.table_path("runs")).to_pyarrow_dataset().to_table()
+    assert table["run_id"].to_pylist() == ["it's a \\ run"] and table["rows_out"].to_pylist() == [2]
