@@ -162,15 +162,16 @@ def run_cycle(
     ids = run_ids(as_of)
     results: dict[str, Any] = {}
     seconds: dict[str, float] = {}
-    observed = [0.0]  # seconds inside the observe hooks around the stages
+    observed = 0.0  # seconds inside the observe hooks around the stages
 
     def timed(name: str, call: Callable[[], Any]) -> None:
+        nonlocal observed
         entered = time.perf_counter()
         with observe(name) if observe is not None else nullcontext():
             started = time.perf_counter()
             results[name] = call()
             seconds[name] = time.perf_counter() - started
-        observed[0] += time.perf_counter() - entered - seconds[name]
+        observed += time.perf_counter() - entered - seconds[name]
 
     block_started = time.perf_counter()
     # the tick's `runs` rows in one commit (also after a failure); the events up to as_of read once
@@ -188,8 +189,8 @@ def run_cycle(
                 timed(LAST_MEASURE, lambda: hit_rate.coverage(spark, config, as_of, manifest, ids["enrichment"]))  # noqa: B023
     # what the block spent outside its stages: the tick's one `runs` commit, caching and dropping
     # the tick's events - less the observer's own time, which a tick without a benchmark never pays
-    seconds["runs_audit"] = time.perf_counter() - block_started - sum(seconds.values()) - observed[0]
-    cycle = CycleResult(as_of=as_of, seconds=seconds, observer_seconds=observed[0], **results)
+    seconds["runs_audit"] = time.perf_counter() - block_started - sum(seconds.values()) - observed
+    cycle = CycleResult(as_of=as_of, seconds=seconds, observer_seconds=observed, **results)
     log.info(
         "cycle at %s: %.1fs (%s)",
         as_of,

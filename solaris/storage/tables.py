@@ -317,6 +317,11 @@ def merge_into(
 _NEWER_ROW = "s.computed_at > t.computed_at OR (s.computed_at = t.computed_at AND s.run_id <> t.run_id)"
 
 
+def _same_key(keys: Sequence[str]) -> str:
+    """merge_if_new_run's match condition (target t, source s), for Spark's MERGE and deltalake's alike."""
+    return " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+
+
 def merge_if_new_run(df: "DataFrame", path: str, keys: Sequence[str], partition_by: Sequence[str] = ()) -> None:
     """Upsert on ``keys``: a row from a later ``computed_at`` replaces the stored one (refreshing its
     TTL); a row written by the same ``run_id`` is left untouched, so rerunning a run is a no-op even
@@ -325,7 +330,7 @@ def merge_if_new_run(df: "DataFrame", path: str, keys: Sequence[str], partition_
     from delta.tables import DeltaTable
 
     spark = df.sparkSession
-    condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+    condition = _same_key(keys)
 
     def write() -> None:
         _ensure_table(df, path, partition_by)
@@ -352,7 +357,7 @@ def merge_rows_if_new_run(rows: Any, path: str, keys: Sequence[str]) -> None:
     """
     from deltalake import DeltaTable
 
-    condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+    condition = _same_key(keys)
 
     def write() -> None:
         _create_empty_with_deltalake(path, rows.schema)
