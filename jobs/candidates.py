@@ -344,7 +344,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     (the fast lane: same sources, blend and caps, fewer users)."""
     import pyarrow.compute as pc
 
-    from solaris.storage.tables import RunRecord, replace_where, run_rows, table_version
+    from solaris.storage.tables import RunRecord, driver_rows, replace_run, run_rows, table_version
 
     record = RunRecord(run_id=run_id, job="candidates", as_of=as_of)
     speculator = load_speculator(config, as_of)
@@ -353,7 +353,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     frame = build_candidates(spark, config, as_of, run_id, speculator, users)
     path = config.table_path("candidates")
     try:
-        replace_where(frame, path, f"run_id = '{run_id}'", partition_by=["run_date"])
+        replace_run(frame, path, run_id, partition_by=["run_date"],
+                    rows=driver_rows(frame, config.spark.driver_write_max_rows))
     finally:
         release_cached()
     written = run_rows(spark, path, run_id, ("source", "user_id"))

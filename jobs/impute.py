@@ -104,7 +104,14 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     from pyspark.sql import functions as F
 
     from solaris.runtime import JobInputError
-    from solaris.storage.tables import RunRecord, merge_if_new_run, run_rows, table_exists, table_version
+    from solaris.storage.tables import (
+        RunRecord,
+        driver_rows,
+        merge_if_new_run,
+        run_rows,
+        table_exists,
+        table_version,
+    )
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="impute", as_of=as_of)
@@ -136,7 +143,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             *[(F.lit(constants[name]) if name in constants else F.col(name)).cast(kind).alias(name)
               for name, kind in (column.split() for column in SCHEMA.split(", "))])
         path = config.table_path("imputed_embeddings")
-        merge_if_new_run(imputed, path, keys=["user_id"])
+        merge_if_new_run(imputed, path, keys=["user_id"],
+                         rows=driver_rows(imputed, config.spark.driver_write_max_rows))
         n_missing = per_user.count()  # users without an aggregate (the cached pass)
     finally:
         per_user.unpersist()

@@ -16,7 +16,9 @@ For the run at ``--as-of t``:
    MERGEd into ``pair_embeddings`` on (user_id, item_id) with ``computed_at = t`` and
    ``expires_at = t + ttl``, partitioned by expiry bucket. A re-scored pair replaces the old row
    and refreshes its TTL; rerunning the same run id changes nothing. The same rows are appended
-   to ``pair_embeddings_log`` (per-run replace), the history the 24 h user aggregates read.
+   to ``pair_embeddings_log`` (per-run replace), the history the 24 h user aggregates read. Both
+   writes go through the driver with ``deltalake`` when the rows fit
+   (``spark.driver_write_max_rows``; why: ``solaris.storage.tables.driver_rows``), else through Spark.
 
     solaris score --as-of 2000-12-01T00:00:00Z
 """
@@ -79,8 +81,9 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     from solaris.precompute.spark_features import candidate_features
     from solaris.storage.tables import (
         RunRecord,
+        driver_rows,
         merge_if_new_run,
-        replace_where,
+        replace_run,
         run_rows,
         table_version,
         write_quarantine,
@@ -173,10 +176,13 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         n_verified, n_quarantined = int(counts["verified"]), int(counts["quarantined"])
         write_quarantine(spark, config, bad, "pair_embeddings", run_id, n_rejected=n_quarantined)
         path = config.table_path("pair_embeddings")
-        merge_if_new_run(good, path, keys=["user_id", "item_id"], partition_by=["expiry_bucket"])
         # Append-only history (trimmed by expire) for the 24 h user aggregates, which outlive the TTL.
         log_rows = good.withColumn("computed_date", F.to_date("computed_at"))
-        replace_where(log_rows, config.table_path("pair_embeddings_log"), f"run_id = '{run_id}'", ["computed_date"])
+        # the same rows for both writes, computed once (None: Spark writes both from the frames)
+        collected = driver_rows(log_rows, config.spark.driver_write_max_rows, n_verified - n_quarantined)
+        merge_if_new_run(good, path, keys=["user_id", "item_id"], partition_by=["expiry_bucket"],
+                         rows=None if collected is None else collected.drop_columns(["computed_date"]))
+        replace_run(log_rows, config.table_path("pair_embeddings_log"), run_id, ["computed_date"], rows=collected)
 
         n_written = run_rows(spark, path, run_id).num_rows
         record.rows_in, record.rows_out, record.rows_quarantined = n_candidates, n_written, n_quarantined

@@ -97,7 +97,7 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from solaris.storage.tables import merge_if_new_run, run_rows, table_version
+    from solaris.storage.tables import driver_rows, merge_if_new_run, run_rows, table_version
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
     other = "item_id" if key == "user_id" else "user_id"
@@ -124,7 +124,7 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
     rows = means.select(*[(F.lit(constants[name]) if name in constants else F.col(name)).cast(kind).alias(name)
                           for name, kind in columns])
     path = config.table_path(table)
-    merge_if_new_run(rows, path, keys=[key])
+    merge_if_new_run(rows, path, keys=[key], rows=driver_rows(rows, config.spark.driver_write_max_rows))
     written = run_rows(spark, path, run_id, ("n_pairs",))
     averaged = pc.sum(written.column("n_pairs")).as_py() or 0
     return WindowMeans(keys=written.num_rows, pairs=int(averaged), version=table_version(spark, path))

@@ -74,6 +74,9 @@ class SparkConfig(_Strict):
     # Class-data-sharing archive of Spark's and Delta's classes, written by `make setup`; used by
     # every driver JVM when the file exists (null: never). Why: solaris/spark.py.
     class_data_archive: str | None = "jars/spark-classes.jsa"
+    # A stage's write of at most this many rows is collected to the driver and written with
+    # deltalake instead of a Spark MERGE / replaceWhere (0: Spark always). Why: solaris/storage/tables.py driver_rows.
+    driver_write_max_rows: int = Field(1_000_000, ge=0)
 
 
 class TablesConfig(_Strict):

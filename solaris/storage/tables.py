@@ -322,11 +322,60 @@ def _same_key(keys: Sequence[str]) -> str:
     return " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
 
 
-def merge_if_new_run(df: "DataFrame", path: str, keys: Sequence[str], partition_by: Sequence[str] = ()) -> None:
+def driver_rows(df: "DataFrame", max_rows: int, expected_rows: int | None = None) -> Any:
+    """``df``'s rows on the driver (a pyarrow table) for a ``deltalake`` write, or None: Spark writes.
+
+    Why: a tick's stages write a few thousand to a few hundred thousand rows each, and Spark's
+    MERGE or replaceWhere costs about a second of fixed work per write (snapshot, planning, the
+    source's materialisation, the scan for files to rewrite, the commit) - more than computing the
+    rows. Collected once, the same rows are written by ``deltalake`` in milliseconds, and a stage
+    that writes them twice (score: the tier-1 MERGE and the log) computes them once. Bounded by
+    ``max_rows`` (``spark.driver_write_max_rows``; 0: always Spark), so the driver never holds a
+    write that grows beyond it: with ``expected_rows`` known (a count the stage made anyway) a
+    larger write is not collected at all; otherwise the rows are collected once and a larger result
+    is left to Spark (and to ``spark.driver.maxResultSize``).
+    """
+    if max_rows <= 0 or (expected_rows is not None and expected_rows > max_rows):
+        return None
+    rows = df.toArrow()
+    if rows.num_rows > max_rows:
+        log.info("%d rows to write, more than spark.driver_write_max_rows=%d: Spark writes them", rows.num_rows,
+                 max_rows)
+        return None
+    return rows
+
+
+def _with_deltalake_else_spark(with_deltalake: Callable[[], None], with_spark: Callable[[], None], path: str) -> None:
+    """Write with ``deltalake``; Spark instead when ``deltalake`` refuses the table (not for a lost race).
+
+    A refused ``deltalake`` write commits nothing (one commit or none), so Spark's write replaces
+    no half-written state; a conflict still losing after every retry is raised, as Spark's would be.
+    """
+    try:
+        with_deltalake()
+        return
+    except Exception as error:  # filtered just below
+        if _is_commit_conflict(error):
+            raise
+        log.warning("deltalake could not write %s (%s: %s); writing it with Spark instead", path,
+                    type(error).__name__, error)
+    with_spark()
+
+
+def merge_if_new_run(df: "DataFrame", path: str, keys: Sequence[str], partition_by: Sequence[str] = (),
+                     rows: Any = None) -> None:
     """Upsert on ``keys``: a row from a later ``computed_at`` replaces the stored one (refreshing its
     TTL); a row written by the same ``run_id`` is left untouched, so rerunning a run is a no-op even
     if floats wobble; and a late, older run (a backfill, or the slower of two concurrent runs)
-    never overwrites what a newer run wrote - the final table does not depend on commit order."""
+    never overwrites what a newer run wrote - the final table does not depend on commit order.
+
+    ``rows``: ``df`` already on the driver (:func:`driver_rows`), merged with ``deltalake``
+    (:func:`merge_rows_if_new_run`); Spark merges ``df`` when there are none or ``deltalake``
+    refuses the table."""
+    if rows is not None:
+        _with_deltalake_else_spark(lambda: merge_rows_if_new_run(rows, path, keys, partition_by),
+                                   lambda: merge_if_new_run(df, path, keys, partition_by), path)
+        return
     from delta.tables import DeltaTable
 
     spark = df.sparkSession
@@ -345,7 +394,7 @@ def merge_if_new_run(df: "DataFrame", path: str, keys: Sequence[str], partition_
     with_commit_retry(write, f"MERGE into {path}")
 
 
-def merge_rows_if_new_run(rows: Any, path: str, keys: Sequence[str]) -> None:
+def merge_rows_if_new_run(rows: Any, path: str, keys: Sequence[str], partition_by: Sequence[str] = ()) -> None:
     """:func:`merge_if_new_run` for rows already on the driver (a pyarrow table), with ``deltalake``.
 
     Why: a stage that computes a small table on the driver (tier 6: the recently engaged items)
@@ -360,13 +409,34 @@ def merge_rows_if_new_run(rows: Any, path: str, keys: Sequence[str]) -> None:
     condition = _same_key(keys)
 
     def write() -> None:
-        _create_empty_with_deltalake(path, rows.schema)
+        _create_empty_with_deltalake(path, rows.schema, partition_by)
         (DeltaTable(path).merge(source=rows, predicate=condition, source_alias="s", target_alias="t")
          .when_matched_update_all(predicate=_NEWER_ROW)
          .when_not_matched_insert_all()
          .execute())
 
     with_commit_retry(write, f"merge into {path}")
+
+
+def replace_run(df: "DataFrame", path: str, run_id: str, partition_by: Sequence[str] = (), rows: Any = None) -> None:
+    """Replace run ``run_id``'s rows of a per-run table with ``df`` in one commit (a rerun replaces its own).
+
+    ``rows``: ``df`` already on the driver (:func:`driver_rows`), written with ``deltalake``'s
+    predicate overwrite - the same one commit, and a concurrent writer of the same run conflicts and
+    redoes it (:func:`with_commit_retry`); Spark's replaceWhere writes ``df`` when there are none
+    or ``deltalake`` refuses the table.
+    """
+    if rows is not None:
+        def with_deltalake() -> None:
+            from deltalake import write_deltalake
+
+            _create_empty_with_deltalake(path, rows.schema, partition_by)
+            write_deltalake(path, rows, mode="overwrite", predicate=f"run_id = '{_standard_sql_str(run_id)}'")
+
+        _with_deltalake_else_spark(lambda: with_commit_retry(with_deltalake, f"replace run {run_id!r} in {path}"),
+                                   lambda: replace_run(df, path, run_id, partition_by), path)
+        return
+    replace_where(df, path, f"run_id = '{_sql_str(run_id)}'", partition_by)
 
 
 def replace_where(df: "DataFrame", path: str, predicate: str, partition_by: Sequence[str] = ()) -> None:
@@ -487,17 +557,12 @@ def _write_runs(spark: "SparkSession", config: SolarisConfig, rows: list[tuple])
         return " OR ".join(f"(run_id = '{quote(run_id)}' AND job = '{quote(job)}')" for run_id, job in sorted(latest))
 
     path = config.table_path("runs")
-    try:
-        with_commit_retry(lambda: _overwrite_with_deltalake(path, list(latest.values()), _runs_schema(),
-                                                            keys(_standard_sql_str)),
-                          f"upsert of {len(latest)} rows into {path}")
-        return
-    except Exception as error:  # filtered just below
-        if _is_commit_conflict(error):
-            raise  # still losing the race after every retry: Spark would not do better
-        log.warning("deltalake could not write %s (%s: %s); writing it with Spark instead", path,
-                    type(error).__name__, error)
-    replace_where(spark.createDataFrame(list(latest.values()), _runs_schema()), path, keys(_sql_str))
+    _with_deltalake_else_spark(
+        lambda: with_commit_retry(lambda: _overwrite_with_deltalake(path, list(latest.values()), _runs_schema(),
+                                                                    keys(_standard_sql_str)),
+                                  f"upsert of {len(latest)} rows into {path}"),
+        lambda: replace_where(spark.createDataFrame(list(latest.values()), _runs_schema()), path, keys(_sql_str)),
+        path)
 
 
 def _overwrite_with_deltalake(path: str, rows: list[tuple], schema: StructType, predicate: str) -> None:
@@ -515,7 +580,7 @@ def _overwrite_with_deltalake(path: str, rows: list[tuple], schema: StructType, 
     write_deltalake(path, pa.Table.from_pydict(columns, schema=arrow_schema), mode="overwrite", predicate=predicate)
 
 
-def _create_empty_with_deltalake(path: str, schema: Any) -> None:
+def _create_empty_with_deltalake(path: str, schema: Any, partition_by: Sequence[str] = ()) -> None:
     """Create an empty table of ``schema`` unless one exists.
 
     Why empty first: a write that creates the table reads nothing, so ``deltalake`` commits it,
@@ -528,7 +593,7 @@ def _create_empty_with_deltalake(path: str, schema: Any) -> None:
     if DeltaTable.is_deltatable(path):
         return
     try:
-        DeltaTable.create(path, schema=schema, mode="ignore")
+        DeltaTable.create(path, schema=schema, mode="ignore", partition_by=list(partition_by) or None)
     except Exception:
         if not DeltaTable.is_deltatable(path):
             raise  # not a lost creation race

@@ -1,0 +1,122 @@
+"""A stage's rows written from the driver with ``deltalake`` leave the table Spark's write would.
+
+``solaris.storage.tables.driver_rows`` hands a stage's rows to ``deltalake`` (MERGE on the newer-run
+rule, or one run's replacement) when they fit ``spark.driver_write_max_rows``; Spark writes them
+otherwise and when ``deltalake`` refuses the table. Both engines must leave the same rows, partition
+values Spark can prune and delete on, and the same idempotent reruns.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from solaris.storage import tables
+from solaris.storage.tables import driver_rows, merge_if_new_run, replace_run
+
+T = datetime(2000, 12, 1, 3)
+PAIRS = ("user_id long, item_id long, embedding binary, fm_score float, run_id string, computed_at timestamp, "
+         "expires_at timestamp, expiry_bucket timestamp")
+
+
+def _pairs(spark, keys, score: float, computed_at: datetime, run_id: str):
+    """Rows shaped like ``pair_embeddings`` (a timestamp partition column, binary embeddings)."""
+    expires = computed_at + timedelta(hours=6)
+    bucket = expires.replace(minute=0, second=0, microsecond=0)
+    return spark.createDataFrame(
+        [(user, item, bytes([user % 256, item % 256]) * 4, score + user, run_id, computed_at, expires, bucket)
+         for user, item in keys], PAIRS)
+
+
+def _content(spark, path):
+    return sorted(tuple(row) for row in spark.read.format("delta").load(path).collect())
+
+
+def _merge_rounds(spark, path, with_driver: bool):
+    rounds = [
+        (_pairs(spark, [(1, 1), (1, 2), (2, 1)], 1.0, T, "run-1")),
+        (_pairs(spark, [(1, 1), (1, 2), (2, 1)], 9.0, T, "run-1")),  # a rerun: untouched
+        (_pairs(spark, [(1, 2), (3, 3)], 2.0, T + timedelta(hours=1), "run-2")),  # newer: replaces, inserts
+        (_pairs(spark, [(1, 2)], 0.5, T, "run-0")),  # a late older run: no effect
+    ]
+    for frame in rounds:
+        merge_if_new_run(frame, path, ["user_id", "item_id"], partition_by=["expiry_bucket"],
+                         rows=driver_rows(frame, 1000) if with_driver else None)
+
+
+def test_a_driver_merge_leaves_what_spark_s_merge_leaves_and_spark_prunes_and_deletes_its_partitions(
+        spark, tmp_path, monkeypatch):
+    by_spark, by_driver = str(tmp_path / "spark"), str(tmp_path / "driver")
+    _merge_rounds(spark, by_spark, with_driver=False)
+    monkeypatch.setattr(tables, "_ensure_table", lambda *args: pytest.fail("Spark wrote instead of deltalake"))
+    _merge_rounds(spark, by_driver, with_driver=True)
+    monkeypatch.undo()
+
+    assert _content(spark, by_driver) == _content(spark, by_spark)
+    assert [row[4] for row in _content(spark, by_driver)] == ["run-1", "run-2", "run-1", "run-2"]
+    from deltalake import DeltaTable
+
+    assert DeltaTable(by_driver).metadata().partition_columns == ["expiry_bucket"]
+    # expire's DELETE prunes on the timestamp partition: both engines' partition values compare alike
+    cutoff = "TIMESTAMP '2000-12-01 09:30:00'"
+    for path in (by_spark, by_driver):
+        assert spark.read.format("delta").load(path).where(f"expiry_bucket <= {cutoff}").count() == 2
+        from delta.tables import DeltaTable as SparkDelta
+
+        SparkDelta.forPath(spark, path).delete(f"expiry_bucket <= {cutoff}")
+    assert _content(spark, by_driver) == _content(spark, by_spark) and len(_content(spark, by_driver)) == 2
+
+
+def test_a_driver_merge_into_a_table_spark_created_then_spark_merges_again(spark, tmp_path):
+    """Warehouses from before hold Spark-created tables; a large write still goes through Spark."""
+    path, reference = str(tmp_path / "mixed"), str(tmp_path / "reference")
+    first = _pairs(spark, [(1, 1), (2, 2)], 1.0, T, "run-1")
+    second = _pairs(spark, [(2, 2), (4, 4)], 2.0, T + timedelta(hours=1), "run-2")
+    third = _pairs(spark, [(4, 4), (5, 5)], 3.0, T + timedelta(hours=2), "run-3")
+    for frame, rows in ((first, None), (second, driver_rows(second, 1000)), (third, None)):
+        merge_if_new_run(frame, path, ["user_id", "item_id"], partition_by=["expiry_bucket"], rows=rows)
+    for frame in (first, second, third):
+        merge_if_new_run(frame, reference, ["user_id", "item_id"], partition_by=["expiry_bucket"])
+    assert _content(spark, path) == _content(spark, reference)
+
+
+def test_a_driver_replacement_replaces_only_its_run_like_spark_s_replace_where(spark, tmp_path):
+    by_spark, by_driver = str(tmp_path / "spark"), str(tmp_path / "driver")
+    runs = [("r1", 3, "a"), ("r2", 2, "b"), ("r1", 1, "c")]  # r1 rerun with other rows
+    for path, with_driver in ((by_spark, False), (by_driver, True)):
+        for run_id, n, tag in runs:
+            frame = spark.createDataFrame([(run_id, i, tag, T.date()) for i in range(n)],
+                                          "run_id string, n long, tag string, run_date date")
+            replace_run(frame, path, run_id, ["run_date"], rows=driver_rows(frame, 1000) if with_driver else None)
+    assert _content(spark, by_driver) == _content(spark, by_spark)
+    assert sorted((row[0], row[2]) for row in _content(spark, by_driver)) == [("r1", "c"), ("r2", "b"), ("r2", "b")]
+
+
+def test_driver_rows_are_left_to_spark_beyond_the_bound(spark):
+    frame = spark.range(5).selectExpr("id AS user_id")
+    assert driver_rows(frame, 5).num_rows == 5
+    assert driver_rows(frame, 4) is None  # collected, found too many: Spark writes
+    assert driver_rows(frame, 0) is None  # bound 0: always Spark
+    assert driver_rows(frame.where("raise_error('collected') IS NULL"), 10, expected_rows=11) is None  # not collected
+
+
+def test_spark_writes_when_deltalake_refuses_the_table_but_a_lost_race_is_raised(spark, tmp_path, monkeypatch):
+    from deltalake.exceptions import CommitFailedError
+
+    path = str(tmp_path / "refused")
+    frame = _pairs(spark, [(1, 1)], 1.0, T, "run-1")
+
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("a table feature this writer lacks")
+
+    monkeypatch.setattr(tables, "merge_rows_if_new_run", refuse)
+    merge_if_new_run(frame, path, ["user_id", "item_id"], rows=driver_rows(frame, 10))
+    assert len(_content(spark, path)) == 1
+
+    def lose(*args, **kwargs):
+        raise CommitFailedError("Transaction failed: a concurrent transaction deleted the same data")
+
+    monkeypatch.setattr(tables, "merge_rows_if_new_run", lose)
+    with pytest.raises(CommitFailedError):
+        merge_if_new_run(frame, path, ["user_id", "item_id"], rows=driver_rows(frame, 10))
