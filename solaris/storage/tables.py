@@ -416,6 +416,7 @@ def merge_rows_if_new_run(rows: Any, path: str, keys: Sequence[str], partition_b
          .execute())
 
     with_commit_retry(write, f"merge into {path}")
+    _checkpoint_at_spark_s_interval(path)
 
 
 def replace_run(df: "DataFrame", path: str, run_id: str, partition_by: Sequence[str] = (), rows: Any = None) -> None:
@@ -435,6 +436,7 @@ def replace_run(df: "DataFrame", path: str, run_id: str, partition_by: Sequence[
 
         _with_deltalake_else_spark(lambda: with_commit_retry(with_deltalake, f"replace run {run_id!r} in {path}"),
                                    lambda: replace_run(df, path, run_id, partition_by), path)
+        _checkpoint_at_spark_s_interval(path)
         return
     replace_where(df, path, f"run_id = '{_sql_str(run_id)}'", partition_by)
 
@@ -578,6 +580,27 @@ def _overwrite_with_deltalake(path: str, rows: list[tuple], schema: StructType, 
             columns[column.name] = [None if value is None else list(value.items()) for value in columns[column.name]]
     _create_empty_with_deltalake(path, arrow_schema)
     write_deltalake(path, pa.Table.from_pydict(columns, schema=arrow_schema), mode="overwrite", predicate=predicate)
+    _checkpoint_at_spark_s_interval(path)
+
+
+def _checkpoint_at_spark_s_interval(path: str) -> None:
+    """Write a checkpoint when the latest commit (a ``deltalake`` one) lands on the table's interval.
+
+    Why: Spark checkpoints its own commits every ``delta.checkpointInterval`` (10 unless the table
+    says otherwise), ``deltalake`` only every 100 of its own. A table most of whose commits are now
+    ``deltalake``'s would otherwise grow a log of JSON commits that every Spark reader and every
+    new snapshot replays from the last checkpoint. Only an optimisation: a failure is logged, the
+    write it follows stands.
+    """
+    from deltalake import DeltaTable
+
+    try:
+        table = DeltaTable(path)
+        interval = int(table.metadata().configuration.get("delta.checkpointInterval") or 10)
+        if interval > 0 and table.version() > 0 and table.version() % interval == 0:
+            table.create_checkpoint()
+    except Exception as error:  # noqa: BLE001 - the next commit on the interval tries again
+        log.warning("no checkpoint of %s (%s: %s)", path, type(error).__name__, error)
 
 
 def _create_empty_with_deltalake(path: str, schema: Any, partition_by: Sequence[str] = ()) -> None:

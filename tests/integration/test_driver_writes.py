@@ -120,3 +120,18 @@ def test_spark_writes_when_deltalake_refuses_the_table_but_a_lost_race_is_raised
     monkeypatch.setattr(tables, "merge_rows_if_new_run", lose)
     with pytest.raises(CommitFailedError):
         merge_if_new_run(frame, path, ["user_id", "item_id"], rows=driver_rows(frame, 10))
+
+
+def test_driver_writes_checkpoint_the_log_at_spark_s_interval_and_spark_reads_from_it(spark, tmp_path):
+    import json
+    from pathlib import Path
+
+    path = str(tmp_path / "checkpointed")
+    for hour in range(12):
+        frame = _pairs(spark, [(hour % 3, 1)], float(hour), T + timedelta(hours=hour), f"run-{hour}")
+        merge_if_new_run(frame, path, ["user_id", "item_id"], partition_by=["expiry_bucket"],
+                         rows=driver_rows(frame, 10))
+    log_dir = Path(path) / "_delta_log"
+    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 10
+    assert (log_dir / f"{10:020d}.checkpoint.parquet").exists()
+    assert sorted((row[0], row[3]) for row in _content(spark, path)) == [(0, 9.0), (1, 11.0), (2, 13.0)]
