@@ -609,14 +609,17 @@ def _create_empty_with_deltalake(path: str, schema: Any, partition_by: Sequence[
     Why empty first: a write that creates the table reads nothing, so ``deltalake`` commits it,
     should another writer create the table first, as a plain append after that one - two rows for
     one key. Creating an empty table is harmless twice; every row is then written into an existing
-    table, where a concurrent writer of the same keys is a conflict.
+    table, where a concurrent writer of the same keys is a conflict. Every column is nullable, as
+    in the tables Spark creates: the table contract is the same whichever engine wrote first.
     """
+    import pyarrow as pa
     from deltalake import DeltaTable
 
     if DeltaTable.is_deltatable(path):
         return
+    nullable = pa.schema([column.with_nullable(True) for column in schema])
     try:
-        DeltaTable.create(path, schema=schema, mode="ignore", partition_by=list(partition_by) or None)
+        DeltaTable.create(path, schema=nullable, mode="ignore", partition_by=list(partition_by) or None)
     except Exception:
         if not DeltaTable.is_deltatable(path):
             raise  # not a lost creation race

@@ -135,3 +135,16 @@ def test_driver_writes_checkpoint_the_log_at_spark_s_interval_and_spark_reads_fr
     assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 10
     assert (log_dir / f"{10:020d}.checkpoint.parquet").exists()
     assert sorted((row[0], row[3]) for row in _content(spark, path)) == [(0, 9.0), (1, 11.0), (2, 13.0)]
+
+
+def test_a_table_deltalake_creates_has_the_columns_spark_would_create(spark, tmp_path):
+    """Literal columns are non-nullable in Spark's frame; Spark's writes store every column nullable."""
+    from deltalake import DeltaTable
+    from pyspark.sql import functions as F
+
+    frame = _pairs(spark, [(1, 1)], 1.0, T, "run-1").withColumn("run_id", F.lit("run-1"))
+    by_spark, by_driver = str(tmp_path / "spark"), str(tmp_path / "driver")
+    merge_if_new_run(frame, by_spark, ["user_id", "item_id"], partition_by=["expiry_bucket"])
+    merge_if_new_run(frame, by_driver, ["user_id", "item_id"], partition_by=["expiry_bucket"],
+                     rows=driver_rows(frame, 10))
+    assert DeltaTable(by_driver).schema().to_json() == DeltaTable(by_spark).schema().to_json()
