@@ -18,6 +18,7 @@ import argparse
 import logging
 import sys
 from dataclasses import dataclass, field
+from datetime import timezone
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from solaris.runtime import job_parser, run_stage
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
     from solaris.config import SolarisConfig
-    from solaris.serving.snapshots import PinnedTable
+    from solaris.serving.snapshots import PinnedTable, ServableStats
 
 log = logging.getLogger("solaris.publish")
 
@@ -70,17 +71,6 @@ def _flag_bad_rows(dim: int) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.D
     return flag
 
 
-@dataclass(frozen=True)
-class ServableStats:
-    """What the gate and the manifest need, from one Spark action over the pinned tier tables."""
-
-    rows: dict[str, int]
-    bad: dict[str, int]
-    users_known: int
-    users_covered: int
-    fm_versions: list[str]
-
-
 def _servable_stats(spark: SparkSession, pinned: dict[str, PinnedTable], known: DataFrame, as_of: datetime,
                     dim: int) -> ServableStats:
     """Servable rows and bad rows per tier table, known and covered users, and the pair rows' FM
@@ -91,6 +81,8 @@ def _servable_stats(spark: SparkSession, pinned: dict[str, PinnedTable], known: 
     versions), and joined with the known users; one global aggregate sums it all.
     """
     from pyspark.sql import functions as F
+
+    from solaris.serving.snapshots import ServableStats
 
     names = list(pinned)
     parts = [
@@ -134,6 +126,51 @@ def _servable_stats(spark: SparkSession, pinned: dict[str, PinnedTable], known: 
     )
 
 
+def _servable_stats_on_driver(pinned: dict[str, PinnedTable], neighbors: PinnedTable, as_of: datetime, dim: int,
+                              max_rows: int) -> ServableStats | None:
+    """:func:`_servable_stats` with ``deltalake`` and pyarrow on the driver, or None: Spark computes them.
+
+    Why: the tier tables of a tick are small (the serving layer loads them whole), and Spark's one
+    action over them still costs a snapshot and a file listing per table, a union, a Python UDF
+    and a shuffle - seconds a tick, most of publish. Read here when every pinned table's row count
+    is in its log's statistics and they sum to at most ``max_rows`` (``spark.driver_max_rows``);
+    the rule is the same function of the same rows (:func:`solaris.serving.snapshots.servable_stats`).
+    """
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    from solaris.serving.snapshots import servable_stats
+
+    if max_rows <= 0:
+        return None
+    try:
+        opened = {name: DeltaTable(spec.path, version=spec.version) for name, spec in pinned.items()}
+        known_table = DeltaTable(neighbors.path, version=neighbors.version)
+        total = 0
+        for table in (*opened.values(), known_table):
+            records = pa.table(table.get_add_actions(flatten=True)).column("num_records")
+            if records.null_count:
+                return None  # a file without statistics: no bound known before reading
+            total += sum(records.to_pylist())
+        if total > max_rows:
+            log.info("publish: %d rows in the pinned tables, more than spark.driver_max_rows=%d: Spark checks them",
+                     total, max_rows)
+            return None
+        stamp = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=timezone.utc)
+        tiers = {}
+        for name, table in opened.items():
+            columns = ["embedding", *(["user_id"] if name in USER_KEYED_TABLES else []),
+                       *(["fm_version"] if name == "pair_embeddings" else [])]
+            tiers[name] = table.to_pyarrow_dataset().to_table(columns=columns, filter=ds.field("expires_at") > stamp)
+        known = known_table.to_pyarrow_dataset().to_table(columns=["user_id"]).column("user_id")
+    except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
+        log.warning("publish: deltalake could not read the pinned tables (%s: %s); Spark checks them",
+                    type(error).__name__, error)
+        return None
+    return servable_stats(tiers, known, dim, USER_KEYED_TABLES)
+
+
 def _pinned(spark: SparkSession, path: str) -> PinnedTable:
     """The table at its latest committed version (the caller checked that it exists)."""
     from solaris.serving.snapshots import PinnedTable
@@ -175,9 +212,11 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     if not table_exists(spark, neighbors_path):
         raise JobInputError(f"no user_neighbors at {neighbors_path}: run `solaris knn` first")
     neighbors = _pinned(spark, neighbors_path)
-    # the known users at the version the manifest pins, like every tier table
-    known = spark.read.format("delta").option("versionAsOf", neighbors.version).load(neighbors.path).select("user_id")
-    stats = _servable_stats(spark, dict(tables), known, as_of, dim)
+    stats = _servable_stats_on_driver(dict(tables), neighbors, as_of, dim, config.spark.driver_max_rows)
+    if stats is None:
+        # the known users at the version the manifest pins, like every tier table
+        known = spark.read.format("delta").option("versionAsOf", neighbors.version).load(neighbors.path)
+        stats = _servable_stats(spark, dict(tables), known.select("user_id"), as_of, dim)
     tables["user_neighbors"] = neighbors
     counts = {name: stats.rows.get(name, 0) for name in EMBEDDING_TABLES}
     bad = {name: stats.bad.get(name, 0) for name in EMBEDDING_TABLES}

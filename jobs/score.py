@@ -18,7 +18,7 @@ For the run at ``--as-of t``:
    and refreshes its TTL; rerunning the same run id changes nothing. The same rows are appended
    to ``pair_embeddings_log`` (per-run replace), the history the 24 h user aggregates read. Both
    writes go through the driver with ``deltalake`` when the rows fit
-   (``spark.driver_write_max_rows``; why: ``solaris.storage.tables.driver_rows``), else through Spark.
+   (``spark.driver_max_rows``; why: ``solaris.storage.tables.driver_rows``), else through Spark.
 
     solaris score --as-of 2000-12-01T00:00:00Z
 """
@@ -179,7 +179,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         # Append-only history (trimmed by expire) for the 24 h user aggregates, which outlive the TTL.
         log_rows = good.withColumn("computed_date", F.to_date("computed_at"))
         # the same rows for both writes, computed once (None: Spark writes both from the frames)
-        collected = driver_rows(log_rows, config.spark.driver_write_max_rows, n_verified - n_quarantined)
+        collected = driver_rows(log_rows, config.spark.driver_max_rows, n_verified - n_quarantined)
         merge_if_new_run(good, path, keys=["user_id", "item_id"], partition_by=["expiry_bucket"],
                          rows=None if collected is None else collected.drop_columns(["computed_date"]))
         replace_run(log_rows, config.table_path("pair_embeddings_log"), run_id, ["computed_date"], rows=collected)

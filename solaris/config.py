@@ -75,8 +75,9 @@ class SparkConfig(_Strict):
     # every driver JVM when the file exists (null: never). Why: solaris/spark.py.
     class_data_archive: str | None = "jars/spark-classes.jsa"
     # A stage's write of at most this many rows is collected to the driver and written with
-    # deltalake instead of a Spark MERGE / replaceWhere (0: Spark always). Why: solaris/storage/tables.py driver_rows.
-    driver_write_max_rows: int = Field(1_000_000, ge=0)
+    # deltalake instead of a Spark MERGE / replaceWhere, and publish checks tier tables of at most
+    # this many rows in all on the driver (0: Spark always). Why: solaris/storage/tables.py driver_rows.
+    driver_max_rows: int = Field(1_000_000, ge=0)
 
 
 class TablesConfig(_Strict):

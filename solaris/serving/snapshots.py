@@ -106,6 +106,56 @@ class QualityGateError(RefusedError):
     """The snapshot failed a check; nothing was published."""
 
 
+@dataclass(frozen=True)
+class ServableStats:
+    """What publish's gate and manifest need from the pinned tier tables' servable rows."""
+
+    rows: dict[str, int]
+    bad: dict[str, int]
+    users_known: int
+    users_covered: int
+    fm_versions: list[str]
+
+
+def servable_stats(tiers: dict[str, Any], known_user_ids: Any, dim: int, user_keyed: tuple[str, ...]) -> ServableStats:
+    """:class:`ServableStats` of tier tables' servable rows already read (pyarrow tables with
+    ``embedding``, ``user_id`` for the ``user_keyed`` tiers, ``fm_version`` for ``pair_embeddings``).
+
+    The rule publish's Spark action applies, for tables small enough to read on the driver: a row
+    is bad when its embedding is missing, of another size than ``dim`` floats, or not finite; a
+    known user (a row of ``known_user_ids``) is covered when any user-keyed tier has a row for it
+    (bad or not: the gate refuses those anyway); ``fm_versions`` are the pair rows' distinct versions.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from solaris.storage.embedding_codec import decode
+
+    rows: dict[str, int] = {}
+    bad: dict[str, int] = {}
+    tier_users: list[Any] = []
+    versions: set[str] = set()
+    for name, table in tiers.items():
+        embeddings = table.column("embedding")
+        lengths = pc.binary_length(embeddings).to_numpy(zero_copy_only=False)
+        right_size = np.nan_to_num(lengths.astype(np.float64), nan=-1.0) == 4 * dim
+        finite = np.zeros(table.num_rows, dtype=bool)
+        if right_size.any():
+            finite[right_size] = np.isfinite(decode(embeddings.filter(pa.array(right_size)), dim)).all(axis=1)
+        rows[name], bad[name] = table.num_rows, int((~finite).sum())
+        if name in user_keyed:
+            tier_users.append(pc.drop_null(table.column("user_id")).combine_chunks().cast(pa.int64()))
+        if name == "pair_embeddings":
+            versions |= {str(v) for v in pc.unique(pc.drop_null(table.column("fm_version"))).to_pylist()}
+    known = (known_user_ids if isinstance(known_user_ids, pa.ChunkedArray)
+             else pa.chunked_array([pa.array(known_user_ids)])).cast(pa.int64())
+    value_set = pa.concat_arrays(tier_users) if tier_users else pa.array([], pa.int64())
+    covered = pc.sum(pc.is_in(known, value_set=value_set, skip_nulls=True)).as_py() or 0
+    return ServableStats(rows=rows, bad=bad, users_known=len(known), users_covered=int(covered),
+                         fm_versions=sorted(versions))
+
+
 def quality_gate(row_counts: dict[str, int], bad_rows: dict[str, int], coverage: float,
                  previous_coverage: float | None, tolerance: float) -> list[str]:
     """Reasons to refuse a snapshot (empty list = publish)."""

@@ -330,7 +330,7 @@ def driver_rows(df: "DataFrame", max_rows: int, expected_rows: int | None = None
     source's materialisation, the scan for files to rewrite, the commit) - more than computing the
     rows. Collected once, the same rows are written by ``deltalake`` in milliseconds, and a stage
     that writes them twice (score: the tier-1 MERGE and the log) computes them once. Bounded by
-    ``max_rows`` (``spark.driver_write_max_rows``; 0: always Spark), so the driver never holds a
+    ``max_rows`` (``spark.driver_max_rows``; 0: always Spark), so the driver never holds a
     write that grows beyond it: with ``expected_rows`` known (a count the stage made anyway) a
     larger write is not collected at all; otherwise the rows are collected once and a larger result
     is left to Spark (and to ``spark.driver.maxResultSize``).
@@ -339,7 +339,7 @@ def driver_rows(df: "DataFrame", max_rows: int, expected_rows: int | None = None
         return None
     rows = df.toArrow()
     if rows.num_rows > max_rows:
-        log.info("%d rows to write, more than spark.driver_write_max_rows=%d: Spark writes them", rows.num_rows,
+        log.info("%d rows to write, more than spark.driver_max_rows=%d: Spark writes them", rows.num_rows,
                  max_rows)
         return None
     return rows

@@ -1,7 +1,7 @@
 """A stage's rows written from the driver with ``deltalake`` leave the table Spark's write would.
 
 ``solaris.storage.tables.driver_rows`` hands a stage's rows to ``deltalake`` (MERGE on the newer-run
-rule, or one run's replacement) when they fit ``spark.driver_write_max_rows``; Spark writes them
+rule, or one run's replacement) when they fit ``spark.driver_max_rows``; Spark writes them
 otherwise and when ``deltalake`` refuses the table. Both engines must leave the same rows, partition
 values Spark can prune and delete on, and the same idempotent reruns.
 """

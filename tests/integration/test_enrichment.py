@@ -184,6 +184,27 @@ def test_neighbour_pair_tier_serves_the_neighbours_pairs_of_the_requested_item(s
     np.testing.assert_allclose(emb[0], expected, rtol=1e-5, atol=1e-6)
 
 
+def test_publish_checks_small_tier_tables_on_the_driver_as_spark_does(spark, replayed):
+    """The gate's figures from deltalake + pyarrow equal those of publish's Spark action, and the
+    bound sends larger tables to Spark."""
+    from solaris.jobs.publish import EMBEDDING_TABLES, _pinned, _servable_stats, _servable_stats_on_driver
+    from solaris.storage.tables import table_exists
+
+    config, _ = replayed
+    as_of = T0 + timedelta(hours=2)
+    pinned = {name: _pinned(spark, config.table_path(name)) for name in EMBEDDING_TABLES
+              if table_exists(spark, config.table_path(name))}
+    neighbors = _pinned(spark, config.table_path("user_neighbors"))
+    dim = config.model.embedding_dim
+    on_driver = _servable_stats_on_driver(pinned, neighbors, as_of, dim, max_rows=10**6)
+    known = spark.read.format("delta").option("versionAsOf", neighbors.version).load(neighbors.path).select("user_id")
+    assert on_driver == _servable_stats(spark, pinned, known, as_of, dim)
+    assert len(pinned) == 5 and on_driver.users_covered > 0 and on_driver.rows["pair_embeddings"] > 0
+    assert on_driver.fm_versions
+    assert _servable_stats_on_driver(pinned, neighbors, as_of, dim, max_rows=10) is None
+    assert _servable_stats_on_driver(pinned, neighbors, as_of, dim, max_rows=0) is None
+
+
 def test_publish_gate_refuses_nan_embeddings_and_keeps_latest(spark, replayed):
     config, _ = replayed
     snapshots = config.warehouse / "snapshots"
@@ -207,8 +228,10 @@ def test_publish_gate_refuses_nan_embeddings_and_keeps_latest(spark, replayed):
     )
     poison_user = int(bad.first()["user_id"])
     bad.write.format("delta").mode("append").save(path)
-    with pytest.raises(QualityGateError, match="non-finite"):
-        publish.run(spark, config, T0 + timedelta(hours=2), "enrichment-poison")
+    with_spark = config.model_copy(update={"spark": config.spark.model_copy(update={"driver_max_rows": 0})})
+    for checked_by in (config, with_spark):  # the gate on the driver (small tables) and with Spark
+        with pytest.raises(QualityGateError, match="user_embeddings: 1 rows with non-finite"):
+            publish.run(spark, checked_by, T0 + timedelta(hours=2), "enrichment-poison")
     assert (snapshots / "LATEST").read_text() == before
     # readers of the current manifest are unaffected: it pins the versions before the poison
     resolver = Resolver.from_snapshots(snapshots)

@@ -76,3 +76,31 @@ def test_rollback_repoints_latest_only_to_a_readable_manifest(tmp_path):
     with pytest.raises(ValueError, match="cannot read snapshot manifest"):
         point_latest(tmp_path, "snapshot-20260100")
     assert latest_manifest_path(tmp_path).name == "snapshot-20260101.json"  # unchanged by the refusals
+
+
+def test_servable_stats_count_bad_rows_covered_users_and_pair_fm_versions():
+    import numpy as np
+    import pyarrow as pa
+
+    from solaris.serving.snapshots import servable_stats
+
+    dim = 2
+
+    def packed(*vectors):
+        return [None if v is None else np.asarray(v, "<f4").tobytes() for v in vectors]
+
+    pairs = pa.table({"embedding": pa.array(packed([1, 2], [np.nan, 0], [3, 4]), pa.binary()),
+                      "user_id": pa.array([1, 1, 2], pa.int64()), "fm_version": ["v2", None, "v1"]})
+    users = pa.table({"embedding": pa.array(packed([1, 2]) + [b"\x00" * 12] + packed(None), pa.binary()),
+                      "user_id": pa.array([3, 4, None], pa.int64())})
+    items = pa.table({"embedding": pa.array(packed([np.inf, 1], [0, 0]), pa.binary())})  # no user: covers none
+    known = pa.array([1, 2, 3, 5, 5, None], pa.int64())  # every row counts as known, as in Spark's join
+    stats = servable_stats({"pair_embeddings": pairs, "user_embeddings": users, "item_embeddings": items},
+                           known, dim, ("pair_embeddings", "user_embeddings"))
+    assert stats.rows == {"pair_embeddings": 3, "user_embeddings": 3, "item_embeddings": 2}
+    # non-finite, wrong size (12 bytes for 2 floats) and missing embeddings are bad
+    assert stats.bad == {"pair_embeddings": 1, "user_embeddings": 2, "item_embeddings": 1}
+    assert (stats.users_known, stats.users_covered) == (6, 3)  # users 1, 2, 3; not 5 twice nor the null
+    assert stats.fm_versions == ["v1", "v2"]
+    empty = servable_stats({}, pa.array([7], pa.int64()), dim, ())
+    assert (empty.rows, empty.users_known, empty.users_covered, empty.fm_versions) == ({}, 1, 0, [])
