@@ -3,12 +3,15 @@
 Why: a tick of the hourly cycle costs about the same on a 120-user synthetic world (1,540 pairs) as
 on MovieLens-1M (34,000 pairs), so its seconds are not the data's. A tick makes nine Delta commits
 (``bench/cycle.py`` lists them by table): five ``merge_if_new_run`` (pair, user and item embeddings,
-imputed users and items), one ``merge_into`` (the ``runs`` audit), two ``replace_where``
-(candidates, the pair log) and one overwrite (``user_neighbors``). This script times each kind
-alone, through the pipeline's own helpers in :mod:`solaris.storage.tables`, on a small Delta table
-whose source is a cheap in-memory frame, so what it measures is Delta's and Spark's own work per
-commit (planning, the jobs a MERGE runs, the log) and not a stage's computation. Multiplied by the
-tick's commits it is the floor of a tick's wall time on this machine with today's tables.
+imputed users and items), three replacements of a run's or a key's rows (candidates, the pair log,
+the ``runs`` audit) and one overwrite (``user_neighbors``). Up to ``spark.driver_max_rows`` rows,
+the merges and replacements are collected to the driver and written by ``deltalake``
+(``driver_*`` kinds: the collect included); above it, Spark writes them (the other kinds). This
+script times each kind alone, through the pipeline's own helpers in :mod:`solaris.storage.tables`,
+on a small Delta table whose source is a cheap in-memory frame, so what it measures is the engines'
+own work per commit (planning, the jobs a MERGE runs, the log) and not a stage's computation.
+Multiplied by the tick's commits it is the floor of a tick's wall time on this machine with today's
+tables.
 
 Every kind is written ``--repeats`` times into its own fresh table; the first two writes of each
 kind pay table creation and JVM warm-up and are left out of the median. Every tenth commit of a
@@ -27,8 +30,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-# Commits of one tick by kind (bench/cycle.py: nine commits, by table).
-TICK_WRITES = {"merge_if_new_run": 5, "merge_into": 1, "replace_where": 2, "overwrite": 1}
+# Commits of one tick by kind (bench/cycle.py: nine commits, by table), with an hour's rows under the bound.
+TICK_WRITES = {"driver_merge_if_new_run": 5, "driver_replace_run": 3, "overwrite": 1}
+# Measured for comparison: the same writes by Spark (beyond the bound, or spark.driver_max_rows=0).
+SPARK_WRITES = ("merge_if_new_run", "merge_into", "replace_where")
 
 
 def parse_writes(text: str) -> dict[str, int]:
@@ -36,8 +41,8 @@ def parse_writes(text: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     for part in filter(None, (piece.strip() for piece in text.split(","))):
         kind, _, count = part.partition("=")
-        if kind not in TICK_WRITES:
-            raise SystemExit(f"unknown write kind {kind!r}; known: {', '.join(TICK_WRITES)}")
+        if kind not in (*TICK_WRITES, *SPARK_WRITES):
+            raise SystemExit(f"unknown write kind {kind!r}; known: {', '.join((*TICK_WRITES, *SPARK_WRITES))}")
         counts[kind] = int(count)
     return counts
 
@@ -64,7 +69,14 @@ def main(argv: list[str] | None = None) -> None:
 
     from solaris.config import load_config
     from solaris.spark import get_spark
-    from solaris.storage.tables import merge_if_new_run, merge_into, replace_where, with_commit_retry
+    from solaris.storage.tables import (
+        driver_rows,
+        merge_if_new_run,
+        merge_into,
+        replace_run,
+        replace_where,
+        with_commit_retry,
+    )
 
     work = Path(tempfile.mkdtemp(prefix="solaris-bench-delta-"))
     config = load_config(overrides=[f"warehouse={work}", f"spark.master=local[{args.threads}]",
@@ -81,7 +93,12 @@ def main(argv: list[str] | None = None) -> None:
     def overwrite(frame, path: str) -> None:
         with_commit_retry(lambda: frame.write.format("delta").mode("overwrite").save(path), f"overwrite {path}")
 
+    bound = config.spark.driver_max_rows
     kinds: dict[str, Callable[[object, str, int], None]] = {
+        "driver_merge_if_new_run": lambda frame, path, _: merge_if_new_run(frame, path, ["user_id"],
+                                                                           rows=driver_rows(frame, bound)),
+        "driver_replace_run": lambda frame, path, serial: replace_run(frame, path, f"run-{serial}",
+                                                                      rows=driver_rows(frame, bound)),
         "merge_if_new_run": lambda frame, path, _: merge_if_new_run(frame, path, ["user_id"]),
         "merge_into": lambda frame, path, _: merge_into(frame, path, ["user_id", "run_id"]),
         "replace_where": lambda frame, path, serial: replace_where(frame, path, f"run_id = 'run-{serial}'"),
@@ -89,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     sizes = [int(size) for size in args.rows.split(",")]
     print(f"seconds per commit, median of writes 3..{args.repeats} (Spark local[{args.threads}], {args.dim}-d rows)")
-    print(f"{'kind':<18}" + "".join(f"{f'{size:,} rows':>14}" for size in sizes) + "   per tick")
+    print(f"{'kind':<24}" + "".join(f"{f'{size:,} rows':>14}" for size in sizes) + "   per tick")
     medians: dict[int, dict[str, float]] = {size: {} for size in sizes}
     for kind, write in kinds.items():
         cells = []
@@ -102,9 +119,9 @@ def main(argv: list[str] | None = None) -> None:
                 seconds.append(time.perf_counter() - started)
             medians[size][kind] = statistics.median(seconds[2:])
             cells.append(f"{medians[size][kind]:>14.2f}")
-        print(f"{kind:<18}" + "".join(cells) + f"   {writes.get(kind, 0):>8}", flush=True)
+        print(f"{kind:<24}" + "".join(cells) + f"   {writes.get(kind, 0):>8}", flush=True)
     total = sum(writes.values())
-    print(f"{'tick floor':<18}" + "".join(f"{floor_seconds(medians[size], writes):>14.1f}" for size in sizes)
+    print(f"{'tick floor':<24}" + "".join(f"{floor_seconds(medians[size], writes):>14.1f}" for size in sizes)
           + f"   {total:>8}  (seconds of a tick spent in its {total} commits alone)")
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)

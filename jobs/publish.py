@@ -54,13 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _flag_bad_rows(dim: int) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
-    """The ``mapInPandas`` function: each row's ``embedding`` -> ``bad`` (wrong size or not finite), vectorised."""
+    """The ``mapInPandas`` function: each row's ``embedding`` -> ``bad`` (missing, wrong size or not finite),
+    vectorised; the rule of :func:`solaris.serving.snapshots.servable_stats`."""
 
     def flag(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         import numpy as np
 
         for part in frames:
-            lengths = part["embedding"].map(len).to_numpy()
+            lengths = part["embedding"].map(lambda value: -1 if value is None else len(value)).to_numpy()
             ok_len = lengths == 4 * dim
             bad = ~ok_len
             if ok_len.any():

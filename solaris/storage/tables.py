@@ -1,14 +1,16 @@
 """Delta table helpers shared by the Spark jobs: idempotent writes, quarantine, the ``runs`` audit.
 
 Every write here is keyed so that rerunning a job for the same ``run_id`` replaces its own output
-instead of duplicating it (docs/architecture.md §4): MERGE on the table key, or one atomic ``replaceWhere``
-commit for per-run tables.
+instead of duplicating it (docs/architecture.md §4): MERGE on the table key, or one atomic replacement
+of a run's rows for per-run tables - by Spark, or by ``deltalake`` from the driver for writes small
+enough to collect (:func:`driver_rows`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import time
 from contextlib import contextmanager
@@ -165,15 +167,16 @@ def run_rows(spark: "SparkSession", path: str, run_id: str, columns: Sequence[st
         for entry in files.filter(_may_hold_mask(files, "run_id", run_id)).column("path").to_pylist():
             local = urlparse(entry).path if "://" in entry else os.path.join(path, unquote(entry))
             part = pq.read_table(local, columns=sorted({*columns, "run_id"}), partitioning=None)
-            # other Delta writers may store strings as string_view, which pyarrow's filter cannot take yet
-            part = part.cast(pa.schema([field.with_type(pa.string()) if field.type == pa.string_view() else field
-                                        for field in part.schema]))
+            # Delta writers differ in how they store a column: deltalake's MERGE as string_view (which
+            # pyarrow's filter cannot take yet), a driver write with the frame's non-null flags
+            part = part.cast(pa.schema([(field.with_type(pa.string()) if field.type == pa.string_view() else field)
+                                        .with_nullable(True) for field in part.schema]))
             parts.append(part.filter(pc.equal(part.column("run_id"), run_id)).select(list(columns)))
+        if not parts:
+            return pa.table({name: pa.array([], pa.null()) for name in columns})
+        return pa.concat_tables(parts)
     except (OSError, ValueError, KeyError, pa.ArrowException):  # e.g. column mapping: other physical names
         return with_spark()
-    if not parts:
-        return pa.table({name: pa.array([], pa.null()) for name in columns})
-    return pa.concat_tables(parts)
 
 
 def servable_rows(spark: "SparkSession", path: str, as_of: datetime, columns: Sequence[str]) -> Any:
@@ -330,17 +333,16 @@ def driver_rows(df: "DataFrame", max_rows: int, expected_rows: int | None = None
     source's materialisation, the scan for files to rewrite, the commit) - more than computing the
     rows. Collected once, the same rows are written by ``deltalake`` in milliseconds, and a stage
     that writes them twice (score: the tier-1 MERGE and the log) computes them once. Bounded by
-    ``max_rows`` (``spark.driver_max_rows``; 0: always Spark), so the driver never holds a
-    write that grows beyond it: with ``expected_rows`` known (a count the stage made anyway) a
-    larger write is not collected at all; otherwise the rows are collected once and a larger result
-    is left to Spark (and to ``spark.driver.maxResultSize``).
+    ``max_rows`` (``spark.driver_max_rows``; 0: always Spark), so the driver never holds more:
+    with ``expected_rows`` known (a count the stage made anyway) a larger write is not collected
+    at all; otherwise at most ``max_rows + 1`` rows are collected (a limit), and one more than the
+    bound leaves the whole write to Spark.
     """
     if max_rows <= 0 or (expected_rows is not None and expected_rows > max_rows):
         return None
-    rows = df.toArrow()
+    rows = df.toArrow() if expected_rows is not None else df.limit(max_rows + 1).toArrow()
     if rows.num_rows > max_rows:
-        log.info("%d rows to write, more than spark.driver_max_rows=%d: Spark writes them", rows.num_rows,
-                 max_rows)
+        log.info("more than spark.driver_max_rows=%d rows to write: Spark writes them", max_rows)
         return None
     return rows
 
@@ -434,9 +436,11 @@ def replace_run(df: "DataFrame", path: str, run_id: str, partition_by: Sequence[
             _create_empty_with_deltalake(path, rows.schema, partition_by)
             write_deltalake(path, rows, mode="overwrite", predicate=f"run_id = '{_standard_sql_str(run_id)}'")
 
-        _with_deltalake_else_spark(lambda: with_commit_retry(with_deltalake, f"replace run {run_id!r} in {path}"),
-                                   lambda: replace_run(df, path, run_id, partition_by), path)
-        _checkpoint_at_spark_s_interval(path)
+        def replace_and_checkpoint() -> None:
+            with_commit_retry(with_deltalake, f"replace run {run_id!r} in {path}")
+            _checkpoint_at_spark_s_interval(path)
+
+        _with_deltalake_else_spark(replace_and_checkpoint, lambda: replace_run(df, path, run_id, partition_by), path)
         return
     replace_where(df, path, f"run_id = '{_sql_str(run_id)}'", partition_by)
 
@@ -597,7 +601,9 @@ def _checkpoint_at_spark_s_interval(path: str) -> None:
     try:
         table = DeltaTable(path)
         interval = int(table.metadata().configuration.get("delta.checkpointInterval") or 10)
-        if interval > 0 and table.version() > 0 and table.version() % interval == 0:
+        version = table.version()
+        written = os.path.exists(os.path.join(path, "_delta_log", f"{version:020d}.checkpoint.parquet"))
+        if interval > 0 and version > 0 and version % interval == 0 and not written:
             table.create_checkpoint()
     except Exception as error:  # noqa: BLE001 - the next commit on the interval tries again
         log.warning("no checkpoint of %s (%s: %s)", path, type(error).__name__, error)

@@ -29,6 +29,13 @@ def _pairs(spark, keys, score: float, computed_at: datetime, run_id: str):
          for user, item in keys], PAIRS)
 
 
+def _last_writer(path) -> str:
+    """The engine of the table's latest commit (``delta-rs:...`` or ``Apache-Spark/...``)."""
+    from deltalake import DeltaTable
+
+    return str(DeltaTable(path).history(1)[0].get("engineInfo", ""))
+
+
 def _content(spark, path):
     return sorted(tuple(row) for row in spark.read.format("delta").load(path).collect())
 
@@ -74,8 +81,10 @@ def test_a_driver_merge_into_a_table_spark_created_then_spark_merges_again(spark
     first = _pairs(spark, [(1, 1), (2, 2)], 1.0, T, "run-1")
     second = _pairs(spark, [(2, 2), (4, 4)], 2.0, T + timedelta(hours=1), "run-2")
     third = _pairs(spark, [(4, 4), (5, 5)], 3.0, T + timedelta(hours=2), "run-3")
-    for frame, rows in ((first, None), (second, driver_rows(second, 1000)), (third, None)):
+    for frame, rows, engine in ((first, None, "Apache-Spark"), (second, driver_rows(second, 1000), "delta-rs"),
+                                (third, None, "Apache-Spark")):
         merge_if_new_run(frame, path, ["user_id", "item_id"], partition_by=["expiry_bucket"], rows=rows)
+        assert _last_writer(path).startswith(engine)
     for frame in (first, second, third):
         merge_if_new_run(frame, reference, ["user_id", "item_id"], partition_by=["expiry_bucket"])
     assert _content(spark, path) == _content(spark, reference)
@@ -89,6 +98,7 @@ def test_a_driver_replacement_replaces_only_its_run_like_spark_s_replace_where(s
             frame = spark.createDataFrame([(run_id, i, tag, T.date()) for i in range(n)],
                                           "run_id string, n long, tag string, run_date date")
             replace_run(frame, path, run_id, ["run_date"], rows=driver_rows(frame, 1000) if with_driver else None)
+            assert _last_writer(path).startswith("delta-rs" if with_driver else "Apache-Spark")
     assert _content(spark, by_driver) == _content(spark, by_spark)
     assert sorted((row[0], row[2]) for row in _content(spark, by_driver)) == [("r1", "c"), ("r2", "b"), ("r2", "b")]
 
@@ -112,7 +122,13 @@ def test_spark_writes_when_deltalake_refuses_the_table_but_a_lost_race_is_raised
 
     monkeypatch.setattr(tables, "merge_rows_if_new_run", refuse)
     merge_if_new_run(frame, path, ["user_id", "item_id"], rows=driver_rows(frame, 10))
-    assert len(_content(spark, path)) == 1
+    assert len(_content(spark, path)) == 1 and _last_writer(path).startswith("Apache-Spark")
+    replaced = str(tmp_path / "replaced")
+    import deltalake
+
+    monkeypatch.setattr(deltalake, "write_deltalake", refuse)
+    replace_run(frame, replaced, "run-1", rows=driver_rows(frame, 10))
+    assert len(_content(spark, replaced)) == 1 and _last_writer(replaced).startswith("Apache-Spark")
 
     def lose(*args, **kwargs):
         raise CommitFailedError("Transaction failed: a concurrent transaction deleted the same data")
@@ -131,6 +147,7 @@ def test_driver_writes_checkpoint_the_log_at_spark_s_interval_and_spark_reads_fr
         frame = _pairs(spark, [(hour % 3, 1)], float(hour), T + timedelta(hours=hour), f"run-{hour}")
         merge_if_new_run(frame, path, ["user_id", "item_id"], partition_by=["expiry_bucket"],
                          rows=driver_rows(frame, 10))
+    assert _last_writer(path).startswith("delta-rs")
     log_dir = Path(path) / "_delta_log"
     assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 10
     assert (log_dir / f"{10:020d}.checkpoint.parquet").exists()
@@ -147,4 +164,5 @@ def test_a_table_deltalake_creates_has_the_columns_spark_would_create(spark, tmp
     merge_if_new_run(frame, by_spark, ["user_id", "item_id"], partition_by=["expiry_bucket"])
     merge_if_new_run(frame, by_driver, ["user_id", "item_id"], partition_by=["expiry_bucket"],
                      rows=driver_rows(frame, 10))
+    assert _last_writer(by_driver).startswith("delta-rs") and _last_writer(by_spark).startswith("Apache-Spark")
     assert DeltaTable(by_driver).schema().to_json() == DeltaTable(by_spark).schema().to_json()

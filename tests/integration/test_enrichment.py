@@ -205,7 +205,7 @@ def test_publish_checks_small_tier_tables_on_the_driver_as_spark_does(spark, rep
     assert _servable_stats_on_driver(pinned, neighbors, as_of, dim, max_rows=0) is None
 
 
-def test_publish_gate_refuses_nan_embeddings_and_keeps_latest(spark, replayed):
+def test_publish_gate_refuses_nan_embeddings_and_keeps_latest(spark, replayed, monkeypatch):
     config, _ = replayed
     snapshots = config.warehouse / "snapshots"
     before = (snapshots / "LATEST").read_text()
@@ -229,9 +229,14 @@ def test_publish_gate_refuses_nan_embeddings_and_keeps_latest(spark, replayed):
     poison_user = int(bad.first()["user_id"])
     bad.write.format("delta").mode("append").save(path)
     with_spark = config.model_copy(update={"spark": config.spark.model_copy(update={"driver_max_rows": 0})})
-    for checked_by in (config, with_spark):  # the gate on the driver (small tables) and with Spark
-        with pytest.raises(QualityGateError, match="user_embeddings: 1 rows with non-finite"):
-            publish.run(spark, checked_by, T0 + timedelta(hours=2), "enrichment-poison")
+    spark_check = publish._servable_stats
+    for checked_by in (config, with_spark):  # the gate on the driver (small tables), then with Spark
+        with monkeypatch.context() as patched:
+            if checked_by is config:
+                patched.setattr(publish, "_servable_stats", lambda *args: pytest.fail("Spark checked small tables"))
+            with pytest.raises(QualityGateError, match="user_embeddings: 1 rows with non-finite"):
+                publish.run(spark, checked_by, T0 + timedelta(hours=2), "enrichment-poison")
+    assert publish._servable_stats is spark_check
     assert (snapshots / "LATEST").read_text() == before
     # readers of the current manifest are unaffected: it pins the versions before the poison
     resolver = Resolver.from_snapshots(snapshots)

@@ -104,3 +104,23 @@ def test_servable_stats_count_bad_rows_covered_users_and_pair_fm_versions():
     assert stats.fm_versions == ["v1", "v2"]
     empty = servable_stats({}, pa.array([7], pa.int64()), dim, ())
     assert (empty.rows, empty.users_known, empty.users_covered, empty.fm_versions) == ({}, 1, 0, [])
+
+
+def test_publish_s_spark_bad_row_flag_is_the_driver_rule():
+    """Publish's mapInPandas flag (the Spark path) and servable_stats (the driver path) agree row by row."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    from solaris.jobs.publish import _flag_bad_rows
+    from solaris.serving.snapshots import servable_stats
+
+    dim = 2
+    values = [np.asarray([1, 2], "<f4").tobytes(), np.asarray([np.nan, 0], "<f4").tobytes(), b"\x00" * 4, None,
+              np.asarray([0, -np.inf], "<f4").tobytes()]
+    frame = pd.DataFrame({"tier_table": 0, "user_id": np.arange(5), "fm_version": "v", "embedding": values})
+    flagged = next(_flag_bad_rows(dim)(iter([frame])))
+    assert flagged["bad"].tolist() == [False, True, True, True, True]
+    stats = servable_stats({"t": pa.table({"embedding": pa.array(values, pa.binary())})}, pa.array([], pa.int64()),
+                           dim, ())
+    assert stats.bad == {"t": int(flagged["bad"].sum())}
