@@ -354,7 +354,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     path = config.table_path("candidates")
     try:
         replace_run(frame, path, run_id, partition_by=["run_date"],
-                    rows=driver_rows(frame, config.spark.driver_max_rows))
+                    rows=driver_rows(frame, config.spark.driver_max_rows, order_by=("user_id", "item_id")))
     finally:
         release_cached()
     written = run_rows(spark, path, run_id, ("source", "user_id"))

@@ -144,7 +144,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
               for name, kind in (column.split() for column in SCHEMA.split(", "))])
         path = config.table_path("imputed_embeddings")
         merge_if_new_run(imputed, path, keys=["user_id"],
-                         rows=driver_rows(imputed, config.spark.driver_max_rows))
+                         rows=driver_rows(imputed, config.spark.driver_max_rows, order_by=("user_id",)))
         n_missing = per_user.count()  # users without an aggregate (the cached pass)
     finally:
         per_user.unpersist()

@@ -179,7 +179,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         # Append-only history (trimmed by expire) for the 24 h user aggregates, which outlive the TTL.
         log_rows = good.withColumn("computed_date", F.to_date("computed_at"))
         # the same rows for both writes, computed once (None: Spark writes both from the frames)
-        collected = driver_rows(log_rows, config.spark.driver_max_rows, n_verified - n_quarantined)
+        collected = driver_rows(log_rows, config.spark.driver_max_rows, n_verified - n_quarantined,
+                                ("user_id", "item_id"))
         merge_if_new_run(good, path, keys=["user_id", "item_id"], partition_by=["expiry_bucket"],
                          rows=None if collected is None else collected.drop_columns(["computed_date"]))
         replace_run(log_rows, config.table_path("pair_embeddings_log"), run_id, ["computed_date"], rows=collected)

@@ -124,7 +124,7 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
     rows = means.select(*[(F.lit(constants[name]) if name in constants else F.col(name)).cast(kind).alias(name)
                           for name, kind in columns])
     path = config.table_path(table)
-    merge_if_new_run(rows, path, keys=[key], rows=driver_rows(rows, config.spark.driver_max_rows))
+    merge_if_new_run(rows, path, keys=[key], rows=driver_rows(rows, config.spark.driver_max_rows, order_by=(key,)))
     written = run_rows(spark, path, run_id, ("n_pairs",))
     averaged = pc.sum(written.column("n_pairs")).as_py() or 0
     return WindowMeans(keys=written.num_rows, pairs=int(averaged), version=table_version(spark, path))

@@ -325,7 +325,7 @@ def _same_key(keys: Sequence[str]) -> str:
     return " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
 
 
-def driver_rows(df: "DataFrame", max_rows: int, expected_rows: int | None = None) -> Any:
+def driver_rows(df: "DataFrame", max_rows: int, expected_rows: int | None = None, order_by: Sequence[str] = ()) -> Any:
     """``df``'s rows on the driver (a pyarrow table) for a ``deltalake`` write, or None: Spark writes.
 
     Why: a tick's stages write a few thousand to a few hundred thousand rows each, and Spark's
@@ -337,6 +337,11 @@ def driver_rows(df: "DataFrame", max_rows: int, expected_rows: int | None = None
     with ``expected_rows`` known (a count the stage made anyway) a larger write is not collected
     at all; otherwise at most ``max_rows + 1`` rows are collected (a limit), and one more than the
     bound leaves the whole write to Spark.
+
+    ``order_by``: the rows are sorted by these columns, because the order in which Spark hands them
+    over is not fixed (the limit gathers partitions in whatever order they arrive) and the written
+    file's row order is the order the next stage reads them in - e.g. score's FM batches, whose
+    float rounding depends on which pairs share a batch. Sorted, a rerun writes the same file.
     """
     if max_rows <= 0 or (expected_rows is not None and expected_rows > max_rows):
         return None
@@ -344,7 +349,7 @@ def driver_rows(df: "DataFrame", max_rows: int, expected_rows: int | None = None
     if rows.num_rows > max_rows:
         log.info("more than spark.driver_max_rows=%d rows to write: Spark writes them", max_rows)
         return None
-    return rows
+    return rows.sort_by([(column, "ascending") for column in order_by]) if order_by else rows
 
 
 def _with_deltalake_else_spark(with_deltalake: Callable[[], None], with_spark: Callable[[], None], path: str) -> None:

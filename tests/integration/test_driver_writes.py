@@ -109,6 +109,10 @@ def test_driver_rows_are_left_to_spark_beyond_the_bound(spark):
     assert driver_rows(frame, 4) is None  # collected, found too many: Spark writes
     assert driver_rows(frame, 0) is None  # bound 0: always Spark
     assert driver_rows(frame.where("raise_error('collected') IS NULL"), 10, expected_rows=11) is None  # not collected
+    shuffled = spark.range(40).selectExpr("id % 7 AS user_id", "id AS item_id").repartition(4)
+    ordered = driver_rows(shuffled, 100, order_by=("user_id", "item_id"))  # the file's order, whatever Spark's
+    assert list(zip(ordered.column("user_id").to_pylist(), ordered.column("item_id").to_pylist())) == \
+        sorted((n % 7, n) for n in range(40))
 
 
 def test_spark_writes_when_deltalake_refuses_the_table_but_a_lost_race_is_raised(spark, tmp_path, monkeypatch):
