@@ -435,17 +435,11 @@ def replace_run(df: "DataFrame", path: str, run_id: str, partition_by: Sequence[
     or ``deltalake`` refuses the table.
     """
     if rows is not None:
-        def with_deltalake() -> None:
-            from deltalake import write_deltalake
-
-            _create_empty_with_deltalake(path, rows.schema, partition_by)
-            write_deltalake(path, rows, mode="overwrite", predicate=f"run_id = '{_standard_sql_str(run_id)}'")
-
-        def replace_and_checkpoint() -> None:
-            with_commit_retry(with_deltalake, f"replace run {run_id!r} in {path}")
-            _checkpoint_at_spark_s_interval(path)
-
-        _with_deltalake_else_spark(replace_and_checkpoint, lambda: replace_run(df, path, run_id, partition_by), path)
+        predicate = f"run_id = '{_standard_sql_str(run_id)}'"
+        _with_deltalake_else_spark(
+            lambda: with_commit_retry(lambda: _overwrite_with_deltalake(path, rows, predicate, partition_by),
+                                      f"replace run {run_id!r} in {path}"),
+            lambda: replace_run(df, path, run_id, partition_by), path)
         return
     replace_where(df, path, f"run_id = '{_sql_str(run_id)}'", partition_by)
 
@@ -568,18 +562,17 @@ def _write_runs(spark: "SparkSession", config: SolarisConfig, rows: list[tuple])
         return " OR ".join(f"(run_id = '{quote(run_id)}' AND job = '{quote(job)}')" for run_id, job in sorted(latest))
 
     path = config.table_path("runs")
+    arrow_rows = _arrow_rows(list(latest.values()), _runs_schema())
     _with_deltalake_else_spark(
-        lambda: with_commit_retry(lambda: _overwrite_with_deltalake(path, list(latest.values()), _runs_schema(),
-                                                                    keys(_standard_sql_str)),
+        lambda: with_commit_retry(lambda: _overwrite_with_deltalake(path, arrow_rows, keys(_standard_sql_str)),
                                   f"upsert of {len(latest)} rows into {path}"),
         lambda: replace_where(spark.createDataFrame(list(latest.values()), _runs_schema()), path, keys(_sql_str)),
         path)
 
 
-def _overwrite_with_deltalake(path: str, rows: list[tuple], schema: StructType, predicate: str) -> None:
-    """Replace the rows matching ``predicate`` with ``rows`` (creating the table, empty, first)."""
+def _arrow_rows(rows: list[tuple], schema: StructType) -> Any:
+    """Python row tuples of a Spark ``schema`` as a pyarrow table (timestamps in UTC, maps from dicts)."""
     import pyarrow as pa
-    from deltalake import write_deltalake
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
@@ -587,8 +580,16 @@ def _overwrite_with_deltalake(path: str, rows: list[tuple], schema: StructType, 
     for column in arrow_schema:
         if pa.types.is_map(column.type):  # a Python dict per row -> its (key, value) pairs
             columns[column.name] = [None if value is None else list(value.items()) for value in columns[column.name]]
-    _create_empty_with_deltalake(path, arrow_schema)
-    write_deltalake(path, pa.Table.from_pydict(columns, schema=arrow_schema), mode="overwrite", predicate=predicate)
+    return pa.Table.from_pydict(columns, schema=arrow_schema)
+
+
+def _overwrite_with_deltalake(path: str, rows: Any, predicate: str, partition_by: Sequence[str] = ()) -> None:
+    """Replace the rows matching ``predicate`` with ``rows`` (a pyarrow table) in one ``deltalake``
+    commit, creating the table empty first; the one predicate overwrite of ``runs`` and :func:`replace_run`."""
+    from deltalake import write_deltalake
+
+    _create_empty_with_deltalake(path, rows.schema, partition_by)
+    write_deltalake(path, rows, mode="overwrite", predicate=predicate)
     _checkpoint_at_spark_s_interval(path)
 
 
