@@ -18,9 +18,18 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
-from solaris.config import SolarisConfig, load_config
+from solaris.config import SolarisConfig, SparkConfig, load_config
 
-TEST_OVERRIDES = ["spark.master=local[2]", "spark.shuffle_partitions=2", "spark.driver_memory=2g"]
+_SPARK = SparkConfig()
+# The tests' long-lived Spark sessions (each pytest process's, and the `solaris replay` / `evaluate`
+# processes tests start) run with the JIT options of a one-stage JVM (C1 only) on the session's
+# collector. Why: a test session runs hundreds of different small queries, each a few times, so C2's
+# optimised code seldom pays back the CPU it costs to compile, and with two shards side by side the
+# suite is CPU-bound (BENCHMARKS.md, "Test suite"). The JIT tier changes no result (Java arithmetic is
+# the same in every tier); production sessions keep C2, which pays back over hours of ticks.
+TEST_SESSION_JAVA_OPTIONS = f"{_SPARK.session_java_options} {_SPARK.one_stage_java_options}"
+TEST_OVERRIDES = ["spark.master=local[2]", "spark.shuffle_partitions=2", "spark.driver_memory=2g",
+                  f"spark.session_java_options={TEST_SESSION_JAVA_OPTIONS}"]
 
 SMALL = [
     "synthetic.chunks=2", "model.embedding_dim=16", "model.history_length=8", "model.fm.id_buckets=1024",
@@ -30,7 +39,6 @@ SMALL = [
     # The speculation the stage tests were written for: three rule sources, hand weights, the relevance
     # verifier. The default (learned blend + request verifier) needs a speculator checkpoint, which the
     # world does not have; tests/integration/test_default_speculation.py trains one and runs it.
-    # No spaces in these values: the reliability tests pass them through a shell.
     "precompute.candidates.sources=[cooc,trending,recent]", "precompute.candidates.blend=hand",
     "precompute.verifier.rule=relevance",
 ]

@@ -23,7 +23,7 @@ from solaris.ingest.sources import resolve_source
 from solaris.jobs.evaluate import QUICK_OVERRIDES
 from solaris.jobs.evaluate import run as evaluate
 from solaris.jobs.ingest import ingest
-from tests.world import SMALL, set_args, small_config
+from tests.world import SMALL, TEST_OVERRIDES, set_args, small_config
 
 ROOT = Path(__file__).resolve().parents[2]
 # On top of tests.world.SMALL: 3 dense days (the evaluation trains its own models on them).
@@ -62,11 +62,7 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
         "evaluation.tail_hours=1",
         "--warehouse",
         str(warehouse),
-        *set_args([*SMALL, *EVALUATE]),
-        "--set",
-        "spark.master=local[2]",
-        "--set",
-        "spark.shuffle_partitions=2",
+        *set_args([*TEST_OVERRIDES, *SMALL, *EVALUATE]),
     ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200, env={**os.environ})
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]

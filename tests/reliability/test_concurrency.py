@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import subprocess
 
 from tests.reliability.conftest import T0, checksums, hours, run_cycle, solaris_command, subprocess_env
@@ -25,8 +26,8 @@ NAMES = ["candidates", "pair_embeddings", "pair_embeddings_log", "quarantine"]
 
 def _precompute(config, as_of: str) -> list[str]:
     """candidates then score for one hour, as one shell pipeline of the real CLI."""
-    first = " ".join(solaris_command(config, "candidates", "--as-of", as_of))
-    second = " ".join(solaris_command(config, "score", "--as-of", as_of))
+    first = shlex.join(solaris_command(config, "candidates", "--as-of", as_of))
+    second = shlex.join(solaris_command(config, "score", "--as-of", as_of))
     return ["bash", "-c", f"{first} && {second}"]
 
 
