@@ -93,11 +93,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _arrays(spark: SparkSession, config: SolarisConfig, end: datetime) -> EventArrays:
+def _arrays(spark: Callable[[], SparkSession], config: SolarisConfig, end: datetime) -> EventArrays:
+    """Events up to ``end`` as driver arrays: read with deltalake, with Spark only when deltalake cannot."""
     from solaris.models.training import EventArrays
-    from solaris.storage.tables import training_events
+    from solaris.runtime import JobInputError
+    from solaris.storage.tables import events_until_on_driver, training_events
 
-    return EventArrays.from_frame(training_events(spark, config, end))
+    frame = events_until_on_driver(config, end)
+    if frame is None:
+        return EventArrays.from_frame(training_events(spark(), config, end))
+    if frame.empty:
+        raise JobInputError(f"no events with ts <= {end.isoformat()} in {config.table_path('events')}")
+    return EventArrays.from_frame(frame)
+
+
+def _started_once(spark: SparkSession | Callable[[], SparkSession]) -> Callable[[], SparkSession]:
+    """The session, or a factory of it called at most once: the first step that needs Spark starts it."""
+    if not callable(spark):
+        return lambda: spark
+    started: list[SparkSession] = []
+
+    def session() -> SparkSession:
+        if not started:
+            started.append(spark())
+        return started[0]
+
+    return session
 
 
 def _seed_config(config: SolarisConfig, seed_dir: Path, seed: int, n_ticks: int) -> SolarisConfig:
@@ -684,10 +705,15 @@ def _save_seed(seed_dir: Path, fingerprint: str, result: dict, predictions: dict
 
 
 def run(
-    spark: SparkSession, config: SolarisConfig, t0s: list[datetime] | datetime | None = None,
-    name: str | None = None, force: bool = False,
+    spark: SparkSession | Callable[[], SparkSession], config: SolarisConfig,
+    t0s: list[datetime] | datetime | None = None, name: str | None = None, force: bool = False,
 ) -> dict:
-    """Evaluate every window and seed (reusing what was computed with the same fingerprint), then report."""
+    """Evaluate every window and seed (reusing what was computed with the same fingerprint), then report.
+
+    ``spark``: a session, or a function that starts one. The events are read without Spark, so given a
+    function, a rerun whose seeds all have results (the report regenerated, another seed count) never
+    starts a JVM; the first seed that has to be computed starts it.
+    """
     import shutil
 
     from solaris.evaluation import protocol as evaluation
@@ -696,7 +722,8 @@ def run(
     from solaris.models.features import training_features
 
     settings = config.evaluation
-    events = _arrays(spark, config, END_OF_TIME)
+    session = _started_once(spark)
+    events = _arrays(session, config, END_OF_TIME)
     chosen = choose_windows(config, events, [t0s] if isinstance(t0s, datetime) else t0s)
     windows = [evaluation.EvaluationWindow(t, settings.tail_hours, settings.eval_hours, settings.step_hours)
                for t in chosen]
@@ -731,7 +758,7 @@ def run(
                 result, predictions = saved
             else:
                 started = time.monotonic()
-                result, predictions = evaluate_seed(spark, config, rows, events, features, seed, seed_dir,
+                result, predictions = evaluate_seed(session(), config, rows, events, features, seed, seed_dir,
                                                     replay_seed, replay_dir)
                 result["cost"]["seed_wall_s"] = time.monotonic() - started
                 _save_seed(seed_dir, fingerprint, result, predictions)
@@ -790,8 +817,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             args.overrides = [*QUICK_OVERRIDES, *args.overrides]
         config = config_from_args(args)
-        spark = get_spark(config, "evaluate")
-        summary = run(spark, config, args.as_of, args.name, args.force)
+        summary = run(lambda: get_spark(config, "evaluate"), config, args.as_of, args.name, args.force)
         from solaris.evaluation.report import interval_text, verdict_lines
 
         pooled = summary["intervals"]["pooled"]

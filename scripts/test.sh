@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite (after make lint), in two shards run side by side.
 #
-# Why two: the suite is latency-bound, not CPU-bound. Alone on 2 cores one process kept the CPU
-# about 40 % busy: Spark local jobs on small tables, JVM start-ups of spark-submit and Airflow's
-# task runner mostly wait. The Airflow shard (tests/e2e: `airflow dags test` runs sharing
-# airflow_home's metadata DB, plus tests/dags reading that home) runs in the background; everything
-# else (unit, integration, reliability: each test in its own temporary warehouse) in the foreground.
-# The one longest in-process test, the CLI run of `solaris evaluate --quick` (three processes, two
-# replays), runs in the background shard too: without it the foreground shard took about twice as
-# long as the Airflow one (58 vs 36 min in the last timed run, c01eae7), so the suite waited on it.
-# Nothing is skipped: the two shards are exactly tests/. Two, not more: with two the cores are already
-# ~85 % busy on average (BENCHMARKS.md, "Test suite").
+# Why two: the suite is latency-bound, not CPU-bound, in one process. Alone on 2 cores one process kept
+# the CPU about 40 % busy: Spark local jobs on small tables, JVM start-ups of spark-submit and
+# Airflow's task runner mostly wait. Two shards keep both cores busy (~90 %, BENCHMARKS.md "Test
+# suite"), so a third would not shorten the wall; only less work per test does.
+# The background shard: the Airflow tests (tests/e2e: `airflow dags test` runs sharing airflow_home's
+# metadata DB, plus tests/dags reading that home), the evaluation tests (the quick `solaris evaluate`
+# CLI run, three processes, and the shuffled-labels run share one module fixture), and the two tests
+# that only start processes of their own (the installed wheel, spark-submit). Everything else (unit,
+# integration, reliability: each test in its own temporary warehouse) runs in the foreground. The split
+# balances the two shards' times in the last timed run; a shard that ends early leaves a core idle.
+# Nothing is skipped: the two shards are exactly tests/.
 #   SOLARIS_TEST_SHARDS=1 make test   runs the suite in one process instead (one log, one summary)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,19 +22,23 @@ if [ "${SOLARIS_TEST_SHARDS:-2}" = "1" ]; then
 fi
 
 log=$(mktemp -t solaris-background-tests.XXXXXX.log)
-QUICK_EVALUATE=tests/integration/test_evaluate.py::test_quick_mode_through_the_cli_reports_every_variant_and_resumes
-"${PYTEST[@]}" tests/e2e tests/dags "$QUICK_EVALUATE" > "$log" 2>&1 &
+# tests/e2e and tests/dags live only in the background; these files of the foreground's folders too
+BACKGROUND_FILES=(tests/integration/test_evaluate.py tests/integration/test_wheel.py tests/integration/test_spark_submit.py)
+BACKGROUND=(tests/e2e tests/dags "${BACKGROUND_FILES[@]}")
+"${PYTEST[@]}" "${BACKGROUND[@]}" > "$log" 2>&1 &
 background_shard=$!
 trap 'kill "$background_shard" 2>/dev/null || true' INT TERM
-echo "[test] tests/e2e + tests/dags + the quick evaluation run in the background (log: $log); unit, integration, reliability here"
-"${PYTEST[@]}" tests/unit tests/integration tests/reliability --deselect "$QUICK_EVALUATE"
+echo "[test] in the background (log: $log): ${BACKGROUND[*]}; the rest of tests/ here"
+ignored=()
+for file in "${BACKGROUND_FILES[@]}"; do ignored+=("--ignore=$file"); done
+"${PYTEST[@]}" tests/unit tests/integration tests/reliability "${ignored[@]}"
 rest=$?
-echo "[test] waiting for the background shard (tests/e2e + tests/dags + the quick evaluation)"
+echo "[test] waiting for the background shard"
 wait "$background_shard"
 background=$?
-echo "==================== tests/e2e + tests/dags + the quick evaluation (ran in parallel) ===================="
+echo "==================== ${BACKGROUND[*]} (ran in parallel) ===================="
 cat "$log"
-echo "[test] unit+integration+reliability exit $rest; e2e+dags+quick evaluation exit $background"
+echo "[test] foreground shard exit $rest; background shard exit $background"
 if [ "$rest" -ne 0 ] || [ "$background" -ne 0 ]; then
   exit 1
 fi

@@ -698,6 +698,38 @@ def events_until(
     return events.where(condition).select("user_id", "item_id", F.unix_seconds("ts").alias("ts"), "label").toPandas()
 
 
+def events_until_on_driver(config: SolarisConfig, as_of: datetime) -> pd.DataFrame | None:
+    """:func:`events_until` (``since`` unset) read with ``deltalake`` on the driver, no Spark; ``None``
+    when the events table is not a local folder or ``deltalake`` cannot read it (the caller then asks Spark).
+
+    Why: a caller that turns every event into driver arrays anyway (the evaluation) needs no Spark job
+    for it, and without one a rerun that finds every result already computed starts no JVM at all.
+    Same rule and columns as :func:`events_until`: ``ts`` as whole epoch seconds (Spark's
+    ``unix_seconds``: the floor of the microseconds).
+    """
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    path = config.table_path("events")
+    if not os.path.isdir(path):
+        return None
+    try:
+        from deltalake import DeltaTable
+
+        stamp = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=timezone.utc)
+        table = DeltaTable(path).to_pyarrow_dataset().to_table(
+            columns=["user_id", "item_id", "ts", "label"], filter=ds.field("ts") <= stamp)
+        micros = table.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy()
+    except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
+        log.warning("deltalake could not read %s (%s: %s); reading it with Spark instead", path,
+                    type(error).__name__, error)
+        return None
+    return pd.DataFrame({"user_id": table.column("user_id").to_numpy(), "item_id": table.column("item_id").to_numpy(),
+                         "ts": np.floor_divide(micros, 1_000_000), "label": table.column("label").to_numpy()})
+
+
 def register_decoded_view(spark: "SparkSession", path: str) -> "DataFrame":
     """Temp view ``pair_embeddings_decoded``: the table plus ``embedding_array`` (array<float>)."""
     from solaris.storage.sql import SQL_DIR

@@ -97,6 +97,8 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
 
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ})
     assert again.returncode == 0 and "already evaluated" in again.stderr  # a finished seed is kept, not redone
+    assert "spark session" not in again.stderr  # every seed reused: the events read without Spark, no JVM started
+    assert "spark session" in done.stderr  # (the line it would log, as the first run did)
     assert _variants(out / "metrics.json") == summary["variants"]
 
     # A setting the replay depends on (not the models): the checkpoints are reused, the replay and the
@@ -112,6 +114,24 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
     result = json.loads((out / "20260103T120000Z" / "seed-42" / "result.json").read_text())["result"]
     assert result["replay"]["ticks_run"] == 3 and set(result["models"]["reused"]) == {"fm", "verifier",
                                                                                        "vm_baseline", "vm_distilled"}
+
+
+def test_the_evaluation_reads_the_events_without_spark_as_spark_would(spark, template):
+    """The evaluation's driver read of the events (deltalake) gives the frame Spark's read gives, row
+    for row once sorted as the evaluation sorts them: same point-in-time cut, ts in whole seconds."""
+    from solaris.models.training import EventArrays
+    from solaris.storage.tables import events_until, events_until_on_driver
+
+    config = _config(template)
+    for as_of in (T0, T0 + timedelta(microseconds=1), datetime(9999, 12, 31, tzinfo=timezone.utc)):
+        on_driver = events_until_on_driver(config, as_of)
+        assert on_driver is not None
+        with_spark = EventArrays.from_frame(events_until(spark, config, as_of))
+        without = EventArrays.from_frame(on_driver)
+        assert 0 < len(without) == len(with_spark)
+        for name in ("user_id", "item_id", "ts", "label"):
+            np.testing.assert_array_equal(getattr(without, name), getattr(with_spark, name), err_msg=name)
+    assert events_until_on_driver(_config(template.parent / "no-such-warehouse"), T0) is None
 
 
 def test_shuffled_labels_in_the_scored_window_give_chance_auc_for_every_variant(spark, template, tmp_path):
