@@ -160,6 +160,13 @@ def session_conf(config: SolarisConfig, master: str | None = None, one_stage: bo
         # ORDER BY ... LIMIT n (the candidate budget) keeps an n-slot top-k buffer in one task up to
         # this n; above it Spark sorts globally instead, so a large budget cannot OOM an executor.
         "spark.sql.execution.topKSortFallbackThreshold": "500000",
+        # Spark sizes a Tungsten memory page from the heap (about heap / cores / 16: 32 MB on a 2 GB
+        # local driver, up to 64 MB), and a broadcast hash join's relation takes at least one page
+        # however few rows it holds. A tick broadcasts dozens of small tables, and the views and
+        # cached frames kept for the next run keep their relations alive, so mostly empty pages filled
+        # the heap and the collector ran full collections every few seconds (BENCHMARKS.md). Small
+        # pages cost a large sort only more page-table entries (8,192 pages per task: 16 GB at 2 MB).
+        "spark.buffer.pageSize": config.spark.buffer_page_size,
     }
     return conf
 

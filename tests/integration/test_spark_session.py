@@ -19,3 +19,9 @@ def test_the_session_keeps_compiled_query_code_and_reuses_it(spark):
     assert compiled > 0
     assert codegen_compilations(spark) - before == compiled  # the same code again: taken from the cache
     assert sorted(first) == sorted(second)
+
+
+def test_the_session_allocates_tungsten_pages_of_the_configured_size(spark):
+    """A broadcast relation takes whole pages: the driver's memory manager must use the config's size."""
+    memory = spark.sparkContext._jsc.sc().env().memoryManager()
+    assert load_config().spark.buffer_page_size == "2m" and memory.pageSizeBytes() == 2 * 1024 * 1024

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from solaris.config import load_config
+from solaris.config import ConfigError, load_config
 from solaris.spark import (
     CLUSTER_SHUFFLE_PARTITIONS,
     SparkSetupError,
@@ -46,6 +46,13 @@ def test_the_codegen_cache_is_sized_from_config_not_sparks_default_of_100():
     assert session_conf(load_config())["spark.sql.codegen.cache.maxEntries"] == "2000"
     conf = session_conf(load_config(overrides=["spark.codegen_cache_entries=500"]))
     assert conf["spark.sql.codegen.cache.maxEntries"] == "500"
+
+
+def test_the_tungsten_page_size_is_set_from_config_not_grown_with_the_heap():
+    assert session_conf(load_config())["spark.buffer.pageSize"] == "2m"
+    assert session_conf(load_config(overrides=["spark.buffer_page_size=16m"]))["spark.buffer.pageSize"] == "16m"
+    with pytest.raises(ConfigError):
+        load_config(overrides=["spark.buffer_page_size=2 MB"])
 
 
 def test_a_one_stage_driver_gets_the_c1_jit_and_a_session_driver_keeps_c2_with_the_parallel_collector():
