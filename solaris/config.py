@@ -65,8 +65,8 @@ class SparkConfig(_Strict):
     arrow_max_records_per_batch: int = Field(10000, ge=1)
     # Compiled query classes kept per JVM (spark.sql.codegen.cache.maxEntries); why: solaris/spark.py.
     codegen_cache_entries: int = Field(2000, ge=100)
-    # Size of one page of Spark's Tungsten memory (spark.buffer.pageSize); why not Spark's default,
-    # which grows with the heap: solaris/spark.py.
+    # Size of one page of Spark's Tungsten memory (spark.buffer.pageSize, less a 16-byte array header);
+    # why not Spark's default, which grows with the heap: solaris/spark.py.
     buffer_page_size: str = Field("2m", pattern=r"^[1-9][0-9]*[kmg]$")
     # Extra driver JVM options of a process that runs one hourly stage and exits (a spark-submit task,
     # `solaris <stage>`); not of replay / evaluate sessions. Why C1 only: solaris/spark.py.

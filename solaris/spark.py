@@ -123,6 +123,18 @@ def driver_java_options(config: SolarisConfig, one_stage: bool = False) -> str:
     return " ".join(options)
 
 
+def page_size_bytes(size: str) -> int:
+    """``spark.buffer_page_size`` ("2m", "512k", "1g") in bytes, less the 16-byte header of the
+    ``long[]`` that holds an on-heap page.
+
+    Why less: under G1 (the collector of one-stage drivers and of executors) an array of half a heap
+    region or more is allocated in whole regions of its own, so a page of exactly 2 MB plus its header
+    would take two 2 MB regions; Spark's own default subtracts the header for the same reason.
+    """
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    return int(size[:-1]) * units[size[-1].lower()] - 16
+
+
 def session_conf(config: SolarisConfig, master: str | None = None, one_stage: bool = False) -> dict[str, str]:
     """All Spark settings the pipeline relies on, as a plain dict (unit-testable, no JVM).
 
@@ -160,13 +172,14 @@ def session_conf(config: SolarisConfig, master: str | None = None, one_stage: bo
         # ORDER BY ... LIMIT n (the candidate budget) keeps an n-slot top-k buffer in one task up to
         # this n; above it Spark sorts globally instead, so a large budget cannot OOM an executor.
         "spark.sql.execution.topKSortFallbackThreshold": "500000",
-        # Spark sizes a Tungsten memory page from the heap (about heap / cores / 16: 32 MB on a 2 GB
-        # local driver, up to 64 MB), and a broadcast hash join's relation takes at least one page
-        # however few rows it holds. A tick broadcasts dozens of small tables, and the views and
-        # cached frames kept for the next run keep their relations alive, so mostly empty pages filled
-        # the heap and the collector ran full collections every few seconds (BENCHMARKS.md). Small
-        # pages cost a large sort only more page-table entries (8,192 pages per task: 16 GB at 2 MB).
-        "spark.buffer.pageSize": config.spark.buffer_page_size,
+        # Spark sizes a Tungsten memory page from its execution memory (about 0.3 x (heap - 300 MB)
+        # / cores / 16, rounded up to a power of two: 16-64 MB on our drivers), and a broadcast hash
+        # join's relation takes at least one page however few rows it holds. A tick broadcasts dozens
+        # of small tables, and the views and cached frames kept for the next run keep their relations
+        # alive, so mostly empty pages filled the heap and the collector ran full collections every
+        # few seconds (BENCHMARKS.md). Small pages cost a large sort only more page-table entries
+        # (8,192 pages per task: 16 GB at 2 MB). :func:`page_size_bytes`: why 16 bytes less.
+        "spark.buffer.pageSize": str(page_size_bytes(config.spark.buffer_page_size)),
     }
     return conf
 

@@ -722,12 +722,13 @@ def events_until_on_driver(config: SolarisConfig, as_of: datetime) -> pd.DataFra
         table = DeltaTable(path).to_pyarrow_dataset().to_table(
             columns=["user_id", "item_id", "ts", "label"], filter=ds.field("ts") <= stamp)
         micros = table.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy()
+        return pd.DataFrame({"user_id": table.column("user_id").to_numpy(),
+                             "item_id": table.column("item_id").to_numpy(),
+                             "ts": np.floor_divide(micros, 1_000_000), "label": table.column("label").to_numpy()})
     except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
         log.warning("deltalake could not read %s (%s: %s); reading it with Spark instead", path,
                     type(error).__name__, error)
         return None
-    return pd.DataFrame({"user_id": table.column("user_id").to_numpy(), "item_id": table.column("item_id").to_numpy(),
-                         "ts": np.floor_divide(micros, 1_000_000), "label": table.column("label").to_numpy()})
 
 
 def register_decoded_view(spark: "SparkSession", path: str) -> "DataFrame":

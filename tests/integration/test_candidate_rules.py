@@ -181,7 +181,7 @@ def test_an_event_after_as_of_changes_neither_candidates_nor_learned_models(spar
     from solaris.jobs.train_speculator import fit
 
     every_source = {"sources": "[cooc, trending, recent, next, popular, retrieval]", "blend": "learned"}
-    # 3 training ticks (default 24): the question is whether later events leak in, not the fit's quality
+    # 3 training ticks (default 8): the question is whether later events leak in, not the fit's quality
     config = make_config(*(f"precompute.candidates.{key}={value}" for key, value in every_source.items()),
                          "precompute.speculator.ticks=3")
     past = [(u, 10 + (u + k) % 7, 30 - k - u % 5) for u in range(1, 12) for k in range(8)]

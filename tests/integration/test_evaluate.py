@@ -116,22 +116,35 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
                                                                                        "vm_baseline", "vm_distilled"}
 
 
-def test_the_evaluation_reads_the_events_without_spark_as_spark_would(spark, template):
+def test_the_evaluation_reads_the_events_without_spark_as_spark_would(spark, template, tmp_path):
     """The evaluation's driver read of the events (deltalake) gives the frame Spark's read gives, row
     for row once sorted as the evaluation sorts them: same point-in-time cut, ts in whole seconds."""
     from solaris.models.training import EventArrays
     from solaris.storage.tables import events_until, events_until_on_driver
 
-    config = _config(template)
-    for as_of in (T0, T0 + timedelta(microseconds=1), datetime(9999, 12, 31, tzinfo=timezone.utc)):
+    def same(config, as_of) -> EventArrays:
         on_driver = events_until_on_driver(config, as_of)
         assert on_driver is not None
         with_spark = EventArrays.from_frame(events_until(spark, config, as_of))
         without = EventArrays.from_frame(on_driver)
-        assert 0 < len(without) == len(with_spark)
         for name in ("user_id", "item_id", "ts", "label"):
             np.testing.assert_array_equal(getattr(without, name), getattr(with_spark, name), err_msg=name)
-    assert events_until_on_driver(_config(template.parent / "no-such-warehouse"), T0) is None
+        return without
+
+    config = _config(template)
+    for as_of in (T0, datetime(9999, 12, 31, tzinfo=timezone.utc)):
+        assert len(same(config, as_of)) > 0
+    # the edges, by hand: an event at the as-of is in, a microsecond later is out; stamps floor to seconds
+    edges = _config(tmp_path / "edges")
+    moments = {1: T0, 2: T0 - timedelta(microseconds=1), 3: T0 - timedelta(seconds=0.5),
+               4: T0 + timedelta(microseconds=1), 5: T0 + timedelta(seconds=0.5)}
+    spark.createDataFrame([(user, 10 + user, moment, 1.0) for user, moment in moments.items()],
+                          "user_id long, item_id long, ts timestamp, label float") \
+        .write.format("delta").save(edges.table_path("events"))
+    cut = same(edges, T0)
+    seconds = int(T0.timestamp())
+    assert sorted(zip(cut.user_id.tolist(), cut.ts.tolist())) == [(1, seconds), (2, seconds - 1), (3, seconds - 1)]
+    assert events_until_on_driver(_config(tmp_path / "no-such-warehouse"), T0) is None
 
 
 def test_shuffled_labels_in_the_scored_window_give_chance_auc_for_every_variant(spark, template, tmp_path):

@@ -10,6 +10,7 @@ from solaris.spark import (
     delta_jars,
     driver_java_options,
     local_threads,
+    page_size_bytes,
     session_conf,
     shuffle_partitions,
 )
@@ -49,10 +50,14 @@ def test_the_codegen_cache_is_sized_from_config_not_sparks_default_of_100():
 
 
 def test_the_tungsten_page_size_is_set_from_config_not_grown_with_the_heap():
-    assert session_conf(load_config())["spark.buffer.pageSize"] == "2m"
-    assert session_conf(load_config(overrides=["spark.buffer_page_size=16m"]))["spark.buffer.pageSize"] == "16m"
-    with pytest.raises(ConfigError):
-        load_config(overrides=["spark.buffer_page_size=2 MB"])
+    # less the 16-byte header of the long[] holding a page: a 2 MB page then fills one G1 region exactly
+    assert session_conf(load_config())["spark.buffer.pageSize"] == str(2 * 1024 * 1024 - 16)
+    assert session_conf(load_config(overrides=["spark.buffer_page_size=16m"]))["spark.buffer.pageSize"] == str(
+        16 * 1024 * 1024 - 16)
+    assert page_size_bytes("512k") == 512 * 1024 - 16 and page_size_bytes("1g") == (1 << 30) - 16
+    for bad in ("2 MB", "0m", "2", "2t"):
+        with pytest.raises(ConfigError):
+            load_config(overrides=[f"spark.buffer_page_size={bad}"])
 
 
 def test_a_one_stage_driver_gets_the_c1_jit_and_a_session_driver_keeps_c2_with_the_parallel_collector():
