@@ -96,15 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _arrays(spark: Callable[[], SparkSession], config: SolarisConfig, end: datetime) -> EventArrays:
     """Events up to ``end`` as driver arrays: read with deltalake, with Spark only when deltalake cannot."""
     from solaris.models.training import EventArrays
-    from solaris.runtime import JobInputError
-    from solaris.storage.tables import events_until_on_driver, training_events
+    from solaris.storage.tables import events_until, events_until_on_driver, refuse_no_events
 
     frame = events_until_on_driver(config, end)
     if frame is None:
-        return EventArrays.from_frame(training_events(spark(), config, end))
-    if frame.empty:
-        raise JobInputError(f"no events with ts <= {end.isoformat()} in {config.table_path('events')}")
-    return EventArrays.from_frame(frame)
+        frame = events_until(spark(), config, end)
+    return EventArrays.from_frame(refuse_no_events(frame, config, end))
 
 
 def _started_once(spark: SparkSession | Callable[[], SparkSession]) -> Callable[[], SparkSession]:

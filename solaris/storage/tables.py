@@ -745,9 +745,13 @@ def register_decoded_view(spark: "SparkSession", path: str) -> "DataFrame":
 
 def training_events(spark: "SparkSession", config: SolarisConfig, as_of: datetime) -> pd.DataFrame:
     """Events up to ``as_of`` for a training job, refused when there are none."""
+    return refuse_no_events(events_until(spark, config, as_of), config, as_of)
+
+
+def refuse_no_events(frame: pd.DataFrame, config: SolarisConfig, as_of: datetime) -> pd.DataFrame:
+    """``frame`` (events up to ``as_of``), refused when it holds none: a training job has nothing to learn."""
     from solaris.runtime import JobInputError
 
-    frame = events_until(spark, config, as_of)
     if frame.empty:
         raise JobInputError(f"no events with ts <= {as_of.isoformat()} in {config.table_path('events')}")
     return frame
