@@ -15,8 +15,9 @@ Design, in the spirit of Spark's ``predict_batch_udf``:
 * Every row gets ``quarantine_reason`` (NULL when fine): non-finite embeddings or scores never
   reach the table.
 
-Selected by measurement (STACK_NOTES, re-measured by ``bench/scoring.py``): ``mapInArrow`` with
-binary output beat iterator pandas UDFs and ``predict_batch_udf`` by 1.5-2.5x on 2 cores.
+Selected by measurement: in an earlier comparison on 2 cores (no script in this repository repeats
+it), ``mapInArrow`` with binary output beat iterator pandas UDFs and ``predict_batch_udf`` by 1.5-2.5x.
+``bench/scoring.py`` measures this path against plain torch: BENCHMARKS.md, "Scoring throughput".
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The stored embedding layout: packed little-endian float32 bytes (pure numpy/pyarrow).
 
-Why binary and not ``array<float>``: measured on our machines (STACK_NOTES), Spark's conversion of
-``array<float>`` columns is the first bottleneck of the scoring stage (0.3-0.5 of pure-torch
-throughput) while a packed binary column reaches ~0.75. Readers decode with :func:`decode`
+Why binary and not ``array<float>``: in an earlier comparison on our machines (no script in this
+repository repeats it), Spark's conversion of ``array<float>`` columns was the first bottleneck of
+the scoring stage (0.3-0.5 of pure-torch throughput) while a packed binary column reached ~0.75;
+with binary, ``bench/scoring.py`` measures the scoring path at 0.96 of plain torch with our FM
+(BENCHMARKS.md, "Scoring throughput"). Readers decode with :func:`decode`
 (Python/pyarrow/deltalake) or the SQL view in ``sql/pair_embeddings_view.sql`` (Spark SQL).
 """
 
