@@ -52,6 +52,13 @@ with DAG(
             minLength=1,
             description="ml-1m, ml-100k, synthetic, or a file/folder path (MovieLens, RecBole, CSV, Parquet)",
         ),
+        "id_mode": Param(
+            "auto",
+            type="string",
+            enum=["auto", "int", "string"],
+            description="ingest: auto keeps integer ids (rows with another id are quarantined) unless most values "
+            "are not integers; int keeps them always; string hashes every id (originals in id_map)",
+        ),
         "start": Param("2000-12-01T00:00:00Z", type="string", pattern=AS_OF_PATTERN, description="first tick (UTC)"),
         "end": Param("2000-12-01T03:00:00Z", type="string", pattern=AS_OF_PATTERN, description="end (exclusive)"),
         "max_epochs": CONFIG.param(
@@ -79,8 +86,9 @@ with DAG(
 ) as dag:
     ingest = SparkSubmitOperator(
         task_id="ingest",
-        doc_md="Load the dataset into `events` (bad rows to `quarantine`); idempotent MERGE.",
-        **spark_submit_kwargs("ingest", ["--input", "{{ params.dataset }}"]),
+        doc_md="Load the dataset into `events` (bad rows to `quarantine`, their counts by reason in the task log: "
+        "bad ids, timestamps before `ingest.min_event_time` or after the wall clock); idempotent MERGE.",
+        **spark_submit_kwargs("ingest", ["--input", "{{ params.dataset }}", "--id-mode", "{{ params.id_mode }}"]),
     )
     train_fm = SparkSubmitOperator(
         task_id="train_fm",

@@ -9,21 +9,43 @@ input has no valid row. Rerunning with the same ``--run-id`` leaves the tables u
     spark-submit --jars "$(ls jars/*.jar | paste -sd,)" jobs/ingest.py --input ml-100k
     solaris ingest --input ml-1m
     solaris ingest --input synthetic --set synthetic.n_events=1000000
+    solaris ingest --input ratings.csv --validate-only
+
+Ids are the user's: with --id-mode auto an id column that is mostly non-negative integers
+(ingest.auto_int_min_share) keeps its integers and rows with another id (-5, abc, 1.5) are
+quarantined; only a column of mostly non-integers is hashed (originals in id_map). Events earlier
+than ingest.min_event_time or later than the wall clock + ingest.wall_clock_skew_hours are
+quarantined, with or without --as-of (docs/operations.md, "Ingest").
+
+exit codes: 0 done (with --validate-only: no row would be quarantined); 1 unexpected failure;
+2 input refused, nothing written (missing file or column, empty input, no valid row);
+3 --validate-only only: some rows would be quarantined (counts and samples printed), nothing written.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
-from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Iterator
 
 from solaris.config import SolarisConfig
 from solaris.ingest import events as rules
+from solaris.ingest.events import IdCounts, IdMode, TimeBounds
 from solaris.ingest.sources import LAYOUTS, ColumnMap, SourceError, SourceSpec, resolve_source
-from solaris.runtime import JobInputError, add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+from solaris.runtime import (
+    EXIT_OK,
+    EXIT_WOULD_QUARANTINE,
+    JobInputError,
+    add_common_args,
+    as_of_arg,
+    config_from_args,
+    run_job,
+    setup_logging,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -46,7 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset", help="dataset name recorded on each event (default: from the input)")
     parser.add_argument("--as-of", type=as_of_arg, help="events after this UTC time are quarantined")
     parser.add_argument("--id-mode", choices=["auto", "int", "string"], default="auto",
-                        help="int: keep integer ids; string: hash ids to stable bigints; auto: int when all digits")
+                        help="int: keep integer ids, quarantine rows with another id; string: hash every id to a "
+                             "stable bigint (originals in id_map); auto: int unless most values are not integers")
+    parser.add_argument("--validate-only", action="store_true",
+                        help="read and check the input, print the counts by reason and sample rows, write nothing "
+                             "(exit 0: clean, 3: rows would be quarantined)")
+    parser.add_argument("--samples", type=int, default=3, help="--validate-only: sample rows shown per reason")
     parser.add_argument("--user-col", default="user_id", help="user column (csv/parquet)")
     parser.add_argument("--item-col", default="item_id", help="item column (csv/parquet)")
     parser.add_argument("--ts-col", default="timestamp", help="timestamp column: epoch seconds or ISO-8601")
@@ -64,6 +91,68 @@ class IngestResult:
     rows_quarantined: int
     reasons: dict[str, int]
     events_path: str
+    id_modes: tuple[IdMode, IdMode] | None = None
+
+
+@dataclass(frozen=True)
+class Classified:
+    """Every raw row parsed, with ``reason`` (NULL = valid), and how this run keyed ids and bounded time."""
+
+    rows: DataFrame
+    id_modes: tuple[IdMode, IdMode]
+    bounds: TimeBounds
+
+    @property
+    def id_is_int(self) -> tuple[bool, bool]:
+        return (self.id_modes[0].is_int, self.id_modes[1].is_int)
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """What an ingest of the input would do (``--validate-only``); nothing was written."""
+
+    source: str
+    rows_in: int
+    rows_valid: int
+    reasons: dict[str, int]
+    samples: dict[str, list[dict[str, str | None]]]
+    id_modes: tuple[IdMode, IdMode]
+    bounds: TimeBounds
+
+    @property
+    def rows_quarantined(self) -> int:
+        return self.rows_in - self.rows_valid
+
+    @property
+    def clean(self) -> bool:
+        return self.rows_quarantined == 0
+
+    def render(self) -> str:
+        """The printed report: totals, how ids are keyed, the time bounds, counts and samples by reason."""
+        lines = [
+            f"validate-only: {self.source}: {self.rows_in} rows read, {self.rows_valid} valid, "
+            f"{self.rows_quarantined} would be quarantined; nothing written",
+            "ids: " + ", ".join(_describe_id_mode(mode) for mode in self.id_modes),
+            f"event times accepted: {self.bounds.floor.isoformat()} .. {self.bounds.latest.isoformat()}"
+            + ("" if self.bounds.as_of_limit is None else f", and <= {self.bounds.as_of_limit.isoformat()} (as-of)"),
+        ]
+        if self.rows_valid == 0:
+            lines.append("no valid row: ingest would refuse this input")
+        for reason in sorted(self.reasons, key=_reason_order):
+            lines.append(f"{self.reasons[reason]:>10}  {reason}")
+            lines += [f"{'e.g.':>16} {json.dumps(sample)}" for sample in self.samples.get(reason, [])]
+        return "\n".join(lines)
+
+
+def _reason_order(reason: str) -> int:
+    return rules.REASONS.index(reason) if reason in rules.REASONS else len(rules.REASONS)
+
+
+def _describe_id_mode(mode: IdMode) -> str:
+    text = f"{mode.column}={'hashed' if mode.hashed else 'int'} (--id-mode {mode.requested}"
+    if mode.counts is not None:
+        text += f": {mode.counts.integers} of {mode.counts.values} values are integers"
+    return text + ")"
 
 
 def read_raw(spark: SparkSession, spec: SourceSpec, config: SolarisConfig) -> DataFrame:
@@ -117,10 +206,30 @@ def _select_columns(frame: DataFrame, columns: ColumnMap, path: str) -> DataFram
     if extra:
         log.info("ignoring extra input columns: %s", extra)
     return frame.select(
-        *[
-            (F.col(f"`{source}`").cast("string") if source else F.lit(None).cast("string")).alias(target)
-            for target, source in wanted.items()
-        ]
+        *[(_as_text(frame, source) if source else F.lit(None).cast("string")).alias(target)
+          for target, source in wanted.items()]
+    )
+
+
+def _as_text(frame: DataFrame, source: str) -> Any:
+    """A source column as the text the rules read (CSV columns already are text).
+
+    Why floating-point columns are special: pandas stores an integer column that has a missing
+    value as float64, so a Parquet file's ids arrive as ``7.0`` (not an integer id) and its epoch
+    seconds as ``1.7672256E9`` (not a number the rules read). An integral value below 2^53 (exact in
+    a double) becomes its integer text, NaN becomes NULL (missing), others plain decimal text.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType, FloatType
+
+    column = F.col(f"`{source}`")
+    if not isinstance(frame.schema[source].dataType, (DoubleType, FloatType)):
+        return column.cast("string")
+    decimal = F.expr(f"CAST(try_cast(`{source}` AS DECIMAL(38, 9)) AS STRING)")
+    return (
+        F.when(F.isnan(column), F.lit(None).cast("string"))
+        .when((column == F.floor(column)) & (F.abs(column) < float(2**53)), column.cast("bigint").cast("string"))
+        .otherwise(F.coalesce(decimal, column.cast("string")))
     )
 
 
@@ -148,85 +257,155 @@ def _synthetic_raw(spark: SparkSession, config: SolarisConfig) -> DataFrame:
     )
 
 
-def _all_digits(raw: DataFrame, column: str) -> bool:
+def id_modes(raw: DataFrame, spec: SourceSpec, config: SolarisConfig) -> tuple[IdMode, IdMode]:
+    """How the user and item columns are keyed, decided by :func:`solaris.ingest.events.choose_id_mode`.
+
+    For ``auto``, one Spark aggregation counts each column's non-blank and integer-id values.
+    """
     from pyspark.sql import functions as F
 
-    value = F.trim(F.col(column))
-    offending = raw.where(value.isNotNull() & (value != "") & ~value.rlike("^-?[0-9]{1,18}$")).limit(1).count()
-    return offending == 0
+    counts: tuple[IdCounts | None, IdCounts | None] = (None, None)
+    if spec.id_mode == "auto":
+        exprs = [F.expr(sql) for column in ("raw_user", "raw_item") for sql in rules.id_counts_sql(column)]
+        row = raw.agg(*exprs).collect()[0]
+        counts = (IdCounts(int(row[0]), int(row[1])), IdCounts(int(row[2]), int(row[3])))
+    share = config.ingest.auto_int_min_share
+    modes = (
+        rules.choose_id_mode("user_id", spec.id_mode, counts[0], share),
+        rules.choose_id_mode("item_id", spec.id_mode, counts[1], share),
+    )
+    for mode in modes:
+        _log_id_mode(mode, share)
+    return modes
+
+
+def _log_id_mode(mode: IdMode, min_share: float) -> None:
+    """INFO when ids are kept as asked; WARNING when auto hashes a column or quarantines some of its rows."""
+    counts, name = mode.counts, mode.column
+    if counts is None:
+        log.info("id mode %s=%s (--id-mode %s)", name, "hashed" if mode.hashed else "int", mode.requested)
+    elif mode.hashed:
+        log.warning(
+            "%s: only %d of %d values (%.1f%%) are non-negative integers, below ingest.auto_int_min_share=%g: "
+            "every %s is hashed to a stable bigint, originals kept in id_map (--id-mode int keeps the integers "
+            "and quarantines the other rows)",
+            name, counts.integers, counts.values, 100 * counts.share, min_share, name,
+        )
+    elif counts.integers < counts.values:
+        log.warning(
+            "%s: %d of %d values are not non-negative integers: integer ids kept, those rows are quarantined "
+            "(negative / non-integer %s); --id-mode string would hash every id instead",
+            name, counts.values - counts.integers, counts.values, name,
+        )
+    else:
+        log.info("id mode %s=int (auto: all %d values are integers)", name, counts.values)
+
+
+def event_time_bounds(config: SolarisConfig, as_of: datetime | None, now: datetime) -> TimeBounds:
+    """The run's accepted event times (:func:`solaris.ingest.events.time_bounds`); a bad setting is refused."""
+    settings = config.ingest
+    try:
+        return rules.time_bounds(now, settings.wall_clock_skew_hours, settings.min_event_time, as_of,
+                                 settings.max_future_skew_hours)
+    except ValueError as error:
+        raise JobInputError(str(error)) from None
 
 
 def classify(
-    raw: DataFrame, spec: SourceSpec, config: SolarisConfig, as_of: datetime | None
-) -> tuple[DataFrame, tuple[bool, bool]]:
-    """Parse raw rows and attach ``reason`` (NULL for valid rows), duplicates included."""
+    raw: DataFrame, spec: SourceSpec, config: SolarisConfig, as_of: datetime | None, now: datetime
+) -> Classified:
+    """Parse raw rows and attach ``reason`` (NULL for valid rows), duplicates included.
+
+    ``now`` is the run's wall clock, read once at the job's entry: the rules stay deterministic.
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    if spec.id_mode == "auto":
-        id_is_int = (_all_digits(raw, "raw_user"), _all_digits(raw, "raw_item"))
-    else:
-        id_is_int = (spec.id_mode == "int",) * 2
-    log.info("id mode: user=%s item=%s", *("int" if flag else "hashed string" for flag in id_is_int))
-    limit = rules.as_of_limit(as_of, config.ingest.max_future_skew_hours)
+    bounds = event_time_bounds(config, as_of, now)
+    modes = id_modes(raw, spec, config)
     parsed = raw.select(
         *RAW_COLUMNS,
-        F.expr(rules.parsed_id_sql("raw_user", "user", id_is_int[0])).alias("user_id"),
-        F.expr(rules.parsed_id_sql("raw_item", "item", id_is_int[1])).alias("item_id"),
-        F.expr(rules.parsed_ts_sql("raw_ts")).alias("ts"),
+        F.expr(rules.parsed_id_sql("raw_user", "user", modes[0].is_int)).alias("user_id"),
+        F.expr(rules.parsed_id_sql("raw_item", "item", modes[1].is_int)).alias("item_id"),
+        F.expr(rules.parsed_ts_sql("raw_ts", bounds)).alias("ts"),
+        F.expr(rules.epoch_seconds_sql("raw_ts")).alias("ts_seconds"),
         F.expr("try_cast(trim(raw_rating) AS DOUBLE)").alias("rating"),
         F.expr("try_cast(trim(raw_label) AS DOUBLE)").alias("label_in"),
     )
     reason = rules.rejection_reason_sql(
-        id_is_int, (config.ingest.rating_min, config.ingest.rating_max), limit, has_label=bool(spec.columns.label)
+        (modes[0].is_int, modes[1].is_int), (config.ingest.rating_min, config.ingest.rating_max), bounds,
+        has_label=bool(spec.columns.label),
     )
-    parsed = parsed.withColumn("reason", F.expr(reason))
+    parsed = parsed.withColumn("reason", F.expr(reason)).drop("ts_seconds")
     # Among otherwise-valid rows, the same (user, item, ts) twice is a duplicate; keep one
     # deterministically (ordering on the row's content, not on file position).
     window = Window.partitionBy("user_id", "item_id", "ts").orderBy(
         F.col("rating").asc_nulls_last(), F.col("label_in").asc_nulls_last(), *[F.col(c) for c in RAW_COLUMNS]
     )
     ranked = parsed.withColumn("_rank", F.when(F.col("reason").isNull(), F.row_number().over(window)))
-    return ranked.withColumn(
+    rows = ranked.withColumn(
         "reason", F.when(F.col("_rank") > 1, F.lit("duplicate event")).otherwise(F.col("reason"))
-    ).drop("_rank"), id_is_int
+    ).drop("_rank")
+    return Classified(rows, modes, bounds)
+
+
+def _count_reasons(classified: Classified, spec: SourceSpec) -> tuple[int, int, dict[str, int]]:
+    """(rows read, valid rows, quarantined rows by reason); an empty input is refused."""
+    from pyspark.sql import functions as F
+
+    reason_rows = classified.rows.groupBy("reason").agg(F.count("*").alias("n")).collect()
+    counts = {row["reason"]: int(row["n"]) for row in reason_rows}
+    rows_valid = counts.pop(None, 0)
+    rows_in = rows_valid + sum(counts.values())
+    if rows_in == 0:
+        raise JobInputError(f"input {spec.path} is empty; nothing written")
+    level = logging.WARNING if counts else logging.INFO
+    log.log(level, "read %d rows: %d valid, %d quarantined %s", rows_in, rows_valid, rows_in - rows_valid,
+            dict(sorted(counts.items(), key=lambda item: _reason_order(item[0]))) if counts else "")
+    return rows_in, rows_valid, counts
 
 
 def ingest(
-    spark: SparkSession, config: SolarisConfig, spec: SourceSpec, as_of: datetime | None, run_id: str
+    spark: SparkSession,
+    config: SolarisConfig,
+    spec: SourceSpec,
+    as_of: datetime | None,
+    run_id: str,
+    now: datetime | None = None,
 ) -> IngestResult:
+    """Validate ``spec``'s rows and write them: valid to ``events``, rejected to ``quarantine``.
+
+    ``now``: the wall clock of the run (default: read here, once); events later than it plus
+    ``ingest.wall_clock_skew_hours`` are quarantined.
+    """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from solaris.storage.tables import RunRecord, merge_into, table_version, write_quarantine
 
+    now = now or datetime.now(timezone.utc)
     log.info("ingest %s (%s) from %s as run %s", spec.dataset, spec.layout, spec.path, run_id)
     record = RunRecord(run_id=run_id, job="ingest", as_of=as_of)
-    classified, id_is_int = classify(read_raw(spark, spec, config), spec, config, as_of)
-    classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
+    classified = classify(read_raw(spark, spec, config), spec, config, as_of, now)
+    classified = replace(classified, rows=classified.rows.persist(StorageLevel.MEMORY_AND_DISK))
+    rows = classified.rows
     try:
-        reason_rows = classified.groupBy("reason").agg(F.count("*").alias("n")).collect()
-        counts = {row["reason"]: row["n"] for row in reason_rows}
-        rows_valid = int(counts.pop(None, 0))
-        rows_in = rows_valid + sum(counts.values())
-        log.info("read %d rows: %d valid, %d quarantined %s", rows_in, rows_valid, rows_in - rows_valid, counts or "")
-        if rows_in == 0:
-            raise JobInputError(f"input {spec.path} is empty; nothing written")
+        rows_in, rows_valid, counts = _count_reasons(classified, spec)
         if rows_valid == 0:
             raise JobInputError(f"input {spec.path} has no valid rows ({rows_in} rejected: {counts}); nothing written")
 
-        valid = classified.where(F.col("reason").isNull())
+        valid = rows.where(F.col("reason").isNull())
         seen_at = as_of or valid.agg(F.max("ts")).collect()[0][0]
-        _check_id_collisions(valid, id_is_int)
+        _check_id_collisions(valid, classified.id_is_int)
 
-        rejected = classified.where(F.col("reason").isNotNull()).select(
+        rejected = rows.where(F.col("reason").isNotNull()).select(
             "reason",
             F.to_json(F.struct(*RAW_COLUMNS)).alias("payload"),
             F.lit(seen_at).cast("timestamp").alias("seen_at"),
         )
         write_quarantine(spark, config, rejected, "events", run_id)
 
-        id_rows = _id_map_rows(valid, id_is_int, spec.dataset)
+        id_rows = _id_map_rows(valid, classified.id_is_int, spec.dataset)
         if id_rows is not None:
             merge_into(id_rows, config.table_path("id_map"), keys=["namespace", "raw_id"])
 
@@ -245,16 +424,59 @@ def ingest(
         merge_into(events, events_path, keys=["event_id"], partition_by=["event_date"])
 
         record.rows_in, record.rows_out, record.rows_quarantined = rows_in, rows_valid, rows_in - rows_valid
-        record.details = {"dataset": spec.dataset, "layout": spec.layout, "input": spec.path, "reasons": counts}
+        record.details = {
+            "dataset": spec.dataset, "layout": spec.layout, "input": spec.path, "reasons": counts,
+            # how the tables are keyed, for downstream readers: int = the input's own ids, hashed = id_map
+            "id_modes": {mode.column: mode.audit() for mode in classified.id_modes},
+            "event_time_bounds": classified.bounds.audit(),
+        }
         for name in ("events", "quarantine", "id_map"):
             version = table_version(spark, config.table_path(name))
             if version is not None:
                 record.table_versions[name] = version
         record.write(spark, config, "success")
         log.info("events table: %s (version %s)", events_path, record.table_versions.get("events"))
-        return IngestResult(rows_in, rows_valid, rows_in - rows_valid, counts, events_path)
+        return IngestResult(rows_in, rows_valid, rows_in - rows_valid, counts, events_path, classified.id_modes)
     finally:
-        classified.unpersist()
+        rows.unpersist()
+
+
+def validate(
+    spark: SparkSession,
+    config: SolarisConfig,
+    spec: SourceSpec,
+    as_of: datetime | None,
+    now: datetime | None = None,
+    samples: int = 3,
+) -> ValidationReport:
+    """Everything :func:`ingest` checks, without writing anything (no table, no ``runs`` row).
+
+    The same :func:`classify` as a real ingest, so the counts are the ones it would quarantine
+    (against this run's wall clock); up to ``samples`` raw rows per reason show what is wrong.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    now = now or datetime.now(timezone.utc)
+    classified = classify(read_raw(spark, spec, config), spec, config, as_of, now)
+    classified = replace(classified, rows=classified.rows.persist(StorageLevel.MEMORY_AND_DISK))
+    rows = classified.rows
+    try:
+        rows_in, rows_valid, counts = _count_reasons(classified, spec)
+        if rows_valid:
+            _check_id_collisions(rows.where(F.col("reason").isNull()), classified.id_is_int)
+        examples: dict[str, list[dict[str, str | None]]] = {}
+        if counts and samples > 0:
+            window = Window.partitionBy("reason").orderBy(*[F.col(c).asc_nulls_first() for c in RAW_COLUMNS])
+            picked = (rows.where(F.col("reason").isNotNull()).withColumn("_n", F.row_number().over(window))
+                      .where(F.col("_n") <= samples).select("reason", *RAW_COLUMNS).collect())
+            for row in sorted(picked, key=lambda r: (r["reason"], [r[c] or "" for c in RAW_COLUMNS])):
+                examples.setdefault(row["reason"], []).append({c: row[c] for c in RAW_COLUMNS})
+        return ValidationReport(spec.path, rows_in, rows_valid, counts, examples, classified.id_modes,
+                                classified.bounds)
+    finally:
+        rows.unpersist()
 
 
 def _check_id_collisions(valid: DataFrame, id_is_int: tuple[bool, bool]) -> None:
@@ -288,15 +510,21 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level)
 
-    def body() -> None:
+    def body() -> int:
         from solaris.spark import get_spark
 
+        now = datetime.now(timezone.utc)  # the wall clock, read once: the bound of "timestamp in the future"
         config = config_from_args(args)
         columns = ColumnMap(args.user_col, args.item_col, args.ts_col, args.rating_col or None, args.label_col or None)
         spec = resolve_source(args.input, args.layout, args.dataset, columns, args.id_mode, args.delimiter)
         spark = get_spark(config, "ingest")
-        result = ingest(spark, config, spec, args.as_of, args.run_id or f"ingest-{spec.dataset}")
+        if args.validate_only:
+            report = validate(spark, config, spec, args.as_of, now, samples=args.samples)
+            print(report.render())
+            return EXIT_OK if report.clean else EXIT_WOULD_QUARANTINE
+        result = ingest(spark, config, spec, args.as_of, args.run_id or f"ingest-{spec.dataset}", now)
         print(f"events: {result.events_path}  valid={result.rows_valid} quarantined={result.rows_quarantined}")
+        return EXIT_OK
 
     return run_job("ingest", body)
 

@@ -106,11 +106,42 @@ class TablesConfig(_Strict):
         return self
 
 
+# The earliest event time a table may hold and stay readable by pandas (int64 nanoseconds reach back
+# to 1677-09-21); the matching upper bound is enforced on the wall clock by solaris.ingest.events.
+_PANDAS_SAFE_FLOOR = datetime(1678, 1, 1, tzinfo=timezone.utc)
+
+
 class IngestConfig(_Strict):
+    """Validation rules of ``solaris ingest`` (solaris/ingest/events.py; docs/operations.md, "Ingest").
+
+    Time sanity applies with or without ``--as-of``: an event later than the ingest's wall clock +
+    ``wall_clock_skew_hours`` or earlier than ``min_event_time`` is quarantined. Why: such a row
+    would sit in ``events`` forever, and one past 2262-04-11 makes the table unreadable to pandas
+    (its timestamps are int64 nanoseconds). 24 h of skew covers any time zone written as UTC (at
+    most 14 h off) and clocks that disagree; 1990-01-01 predates every online interaction log
+    (MovieLens starts in 1995) while rejecting epoch 0 and the small numbers of "unknown time"
+    sentinels and unit mistakes (days or hours read as seconds).
+
+    ``auto_int_min_share``: ``--id-mode auto`` keeps a column's integer ids when at least this share
+    of its non-blank values are non-negative integers (the other rows are quarantined); below it,
+    every id of the column is hashed (originals kept in ``id_map``).
+    """
+
     label_threshold: float = 4.0
     rating_min: float = 0.0
     rating_max: float = 5.0
     max_future_skew_hours: float = Field(0.0, ge=0)
+    wall_clock_skew_hours: float = Field(24.0, ge=0, le=24 * 366)
+    min_event_time: datetime = datetime(1990, 1, 1, tzinfo=timezone.utc)
+    auto_int_min_share: float = Field(0.5, gt=0, le=1)
+
+    @field_validator("min_event_time")
+    @classmethod
+    def _utc_floor(cls, value: datetime) -> datetime:
+        value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        if value < _PANDAS_SAFE_FLOOR:  # pandas' nanosecond timestamps start in 1677
+            raise ValueError(f"must be at or after {_PANDAS_SAFE_FLOOR.isoformat()}")
+        return value
 
     @model_validator(mode="after")
     def _range(self) -> "IngestConfig":

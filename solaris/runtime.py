@@ -21,6 +21,9 @@ from solaris.timeutil import parse_utc
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+# A check-only run found rows a real run would quarantine (``solaris ingest --validate-only``): not a
+# failure of the job, but distinct from 0 so a script or CI step can stop before the real ingest.
+EXIT_WOULD_QUARANTINE = 3
 
 log = logging.getLogger("solaris")
 
@@ -71,11 +74,15 @@ def as_of_arg(text: str) -> datetime:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def run_job(name: str, body: Callable[[], None]) -> int:
-    """Run a job body and map failures to exit codes with a one-line reason in the log."""
+def run_job(name: str, body: Callable[[], int | None]) -> int:
+    """Run a job body and map failures to exit codes with a one-line reason in the log.
+
+    A body that finishes returns nothing (exit code 0) or its own exit code (e.g.
+    :data:`EXIT_WOULD_QUARANTINE` of a check-only run).
+    """
     started = time.monotonic()
     try:
-        body()
+        code = body()
     except RefusedError as error:
         log.error("%s refused: %s", name, error)
         return EXIT_BAD_INPUT
@@ -87,8 +94,8 @@ def run_job(name: str, body: Callable[[], None]) -> int:
         # the interpreter's final teardown, a native reader thread can outlive Arrow's pools and abort
         # the process ("terminate called without an active exception", exit -6) after the job succeeded.
         gc.collect()
-    log.info("%s finished in %.1fs", name, time.monotonic() - started)
-    return EXIT_OK
+    log.info("%s finished in %.1fs%s", name, time.monotonic() - started, f" (exit code {code})" if code else "")
+    return EXIT_OK if code is None else int(code)
 
 
 def job_parser(prog: str, doc: str, with_as_of: bool = True) -> argparse.ArgumentParser:

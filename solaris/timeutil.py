@@ -1,4 +1,5 @@
-"""UTC time parsing shared by every CLI (pure). Jobs never read the wall clock for data decisions."""
+"""UTC time parsing shared by every CLI (pure). Jobs never read the wall clock for data decisions,
+except ingest, which reads it once at its entry to quarantine events from the future (docs/operations.md)."""
 
 from __future__ import annotations
 

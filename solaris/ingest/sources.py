@@ -29,8 +29,10 @@ PACKAGED_DATASETS: dict[str, tuple[str, str, str, str]] = {
     "ml-100k": ("recbole==1.2.1", "recbole", "dataset_example/ml-100k", "ml-100k"),
 }
 
-# How ids are turned into bigints: ``int`` keeps integer ids, ``string`` hashes every id into a
-# stable bigint (mapping kept in ``id_map``), ``auto`` picks ``int`` when every value is digits.
+# How ids are turned into bigints: ``int`` keeps integer ids (a row with another id is quarantined),
+# ``string`` hashes every id into a stable bigint (mapping kept in ``id_map``), ``auto`` picks ``int``
+# per column unless most of its values are not integers (``ingest.auto_int_min_share``): one bad id
+# never re-keys a whole column (solaris.ingest.events.choose_id_mode).
 ID_MODES = ("auto", "int", "string")
 
 

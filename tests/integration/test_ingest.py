@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections import Counter
 from datetime import datetime, timezone
 
+import pandas as pd
 import pytest
 
 from solaris.ingest.events import stable_id
 from solaris.ingest.sources import ColumnMap, SourceError, resolve_source
+from solaris.jobs import ingest as ingest_job
 from solaris.jobs.ingest import ingest
-from solaris.runtime import JobInputError
-from tests.conftest import table_checksum
+from solaris.runtime import EXIT_OK, EXIT_WOULD_QUARANTINE, JobInputError
+from solaris.storage.tables import table_version
+from tests.conftest import TEST_OVERRIDES, table_checksum
+from tests.world import set_args
+
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)  # the wall clock of the tests that pin it
 
 
 def _table(spark, config, name):
@@ -67,10 +75,12 @@ def test_generic_csv_with_string_ids_maps_them_stably(spark, make_config, tmp_pa
 BAD_ROWS = {
     "missing user_id": ",10,978300760,4",
     "missing item_id": "1,,978300760,4",
-    "unparseable user_id": "u1x,10,978300760,4",
+    "non-integer user_id": "u1x,10,978300760,4",
     "negative item_id": "1,-10,978300760,4",
     "unparseable timestamp": "1,10,yesterday,4",
-    "timestamp after as-of": "1,11,2030-01-01T00:00:00Z,4",
+    "timestamp after as-of": "1,11,2026-06-01T00:00:00Z,4",
+    "timestamp in the future": "1,15,99999999999,4",
+    "timestamp before floor": "1,16,0,4",
     "unparseable rating": "1,12,978300760,five",
     "rating out of range": "1,13,978300760,9",
     "missing rating and label": "1,14,978300760,",
@@ -83,7 +93,7 @@ def test_bad_rows_are_quarantined_with_reasons(spark, make_config, tmp_path):
     path.write_text("user_id,item_id,timestamp,rating\n" + "\n".join(good + list(BAD_ROWS.values())) + "\n")
     config = make_config()
     as_of = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    result = ingest(spark, config, resolve_source(str(path), id_mode="int"), as_of, "ingest-bad")
+    result = ingest(spark, config, resolve_source(str(path), id_mode="int"), as_of, "ingest-bad", NOW)
     assert result.rows_valid == 2
     assert result.rows_in == result.rows_valid + result.rows_quarantined == len(good) + len(BAD_ROWS)
     quarantine = _table(spark, config, "quarantine").collect()
@@ -135,3 +145,209 @@ def test_generator_same_seed_same_table(spark, make_config):
         sums.append(_checksum(spark, config, "events"))
     assert sums[0] == sums[1]
     assert sums[0] != sums[2]
+
+
+# --- issue #48: ids stay the user's, time sanity, validate-only -------------------------------------
+
+HEADER = "user_id,item_id,timestamp,rating"
+# 30 good rows: integer users 1..10 and items 100..102, all in 2026 (epoch 1767225600 = 2026-01-01).
+GOOD = [f"{u},{100 + (u + k) % 3},{1767225600 + 3600 * (3 * u + k)},{1 + (u + k) % 5}"
+        for u in range(1, 11) for k in range(3)]
+# raw line -> the reason it must be quarantined with (auto mode keeps the integer ids)
+BAD_IDS = {
+    "-5,100,1767225600,4": "negative user_id",
+    "abc,100,1767225600,4": "non-integer user_id",
+    "1.5,100,1767225600,4": "non-integer user_id",
+    "12345678901234567890,100,1767225600,4": "non-integer user_id",  # 20 digits: not a bigint
+    "3,-7,1767225600,4": "negative item_id",
+    "3,x1,1767225600,4": "non-integer item_id",
+}
+
+
+def _write_csv(path, lines):
+    path.write_text("\n".join([HEADER, *lines]) + "\n")
+    return path
+
+
+def _quarantined(spark, config, run_id):
+    rows = _table(spark, config, "quarantine").where(f"run_id = '{run_id}'").collect()
+    return Counter((",".join(json.loads(r["payload"]).get(c) or "" for c in ("raw_user", "raw_item", "raw_ts",
+                                                                          "raw_rating")), r["reason"])
+                   for r in rows)
+
+
+def _run_details(spark, config, run_id):
+    row = _table(spark, config, "runs").where(f"run_id = '{run_id}' AND job = 'ingest'").collect()[0]
+    return json.loads(row["details"])
+
+
+def test_a_few_bad_ids_are_quarantined_and_never_rekey_the_column(spark, make_config, tmp_path, caplog):
+    path = _write_csv(tmp_path / "ratings.csv", GOOD + list(BAD_IDS))
+    config = make_config()
+    spec = resolve_source(str(path))  # default --id-mode auto
+    with caplog.at_level(logging.WARNING, logger="solaris.ingest"):
+        result = ingest(spark, config, spec, None, "ingest-ratings", NOW)
+    assert (result.rows_in, result.rows_valid, result.rows_quarantined) == (36, 30, 6)
+    assert result.rows_valid + result.rows_quarantined == len(GOOD) + len(BAD_IDS)  # nothing lost
+
+    events = _table(spark, config, "events").collect()
+    expected = Counter((int(u), int(i)) for u, i, _, _ in (line.split(",") for line in GOOD))
+    assert Counter((e["user_id"], e["item_id"]) for e in events) == expected  # every good id unchanged
+    assert not (config.warehouse / "id_map").exists()  # nothing hashed
+    assert _quarantined(spark, config, "ingest-ratings") == Counter(BAD_IDS.items())
+
+    details = _run_details(spark, config, "ingest-ratings")
+    assert details["id_modes"]["user_id"] == {"mode": "int", "requested": "auto", "values": 36, "integer_values": 32}
+    assert details["id_modes"]["item_id"] == {"mode": "int", "requested": "auto", "values": 36, "integer_values": 34}
+    assert details["reasons"] == dict(Counter(BAD_IDS.values()))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("user_id: 4 of 36 values are not non-negative integers" in m for m in warnings), warnings
+    assert any("item_id: 2 of 36" in m for m in warnings), warnings
+
+    # re-ingest of the same file (same run id, as `solaris ingest` defaults it): tables unchanged
+    before = {name: _checksum(spark, config, name) for name in ("events", "quarantine")}
+    again = ingest(spark, config, spec, None, "ingest-ratings", NOW)
+    assert (again.rows_valid, again.rows_quarantined) == (30, 6)
+    assert {name: _checksum(spark, config, name) for name in ("events", "quarantine")} == before
+
+
+def test_a_string_id_file_is_hashed_and_id_map_round_trips(spark, make_config, tmp_path, caplog):
+    users = ["alice", "bob", "carol", "42", "dave"]  # "42" looks like an integer: hashed like its column
+    items = ["Heat (1995)", "Toy Story (1995)", "sku-0007"]
+    lines = [f"{u},{i},{1767225600 + 60 * n},4" for n, (u, i) in enumerate((u, i) for u in users for i in items)]
+    path = _write_csv(tmp_path / "clicks.csv", lines)
+    config = make_config()
+    with caplog.at_level(logging.WARNING, logger="solaris.ingest"):
+        result = ingest(spark, config, resolve_source(str(path)), None, "ingest-clicks", NOW)
+    assert (result.rows_valid, result.rows_quarantined) == (15, 0)
+    assert [mode.hashed for mode in result.id_modes] == [True, True]
+    assert any("only 3 of 15 values" in r.getMessage() and "hashed" in r.getMessage() for r in caplog.records)
+
+    id_map = _table(spark, config, "id_map").collect()
+    back = {(r["namespace"], r["id"]): r["raw_id"] for r in id_map}
+    assert len(back) == len(id_map) == len(users) + len(items)  # one row per original id, no clash
+    events = _table(spark, config, "events").orderBy("ts").collect()
+    round_trip = [(back[("user", e["user_id"])], back[("item", e["item_id"])]) for e in events]
+    assert round_trip == [(u, i) for u in users for i in items]  # every event maps back to the user's ids
+    assert all(r["id"] == stable_id(r["namespace"], r["raw_id"]) for r in id_map)
+    assert _run_details(spark, config, "ingest-clicks")["id_modes"]["user_id"] == {
+        "mode": "hashed", "requested": "auto", "values": 15, "integer_values": 3}
+
+
+def test_explicit_string_mode_hashes_an_integer_file(spark, make_config, tmp_path):
+    path = _write_csv(tmp_path / "ints.csv", GOOD[:6] + ["-5,100,1767225600,4"])
+    config = make_config()
+    result = ingest(spark, config, resolve_source(str(path), id_mode="string"), None, "ingest-s", NOW)
+    assert (result.rows_valid, result.rows_quarantined) == (7, 0)  # "-5" is a fine string id
+    users = {r["raw_id"]: r["id"] for r in _table(spark, config, "id_map").where("namespace = 'user'").collect()}
+    assert users == {raw: stable_id("user", raw) for raw in ("1", "2", "-5")}
+    assert _run_details(spark, config, "ingest-s")["id_modes"]["user_id"] == {"mode": "hashed", "requested": "string"}
+
+
+# raw timestamp -> reason (None: valid) for a run whose wall clock is NOW (2026-12-01) and default settings:
+# floor 1990-01-01, latest NOW + 24 h
+TIMES = {
+    "99999999999": "timestamp in the future",  # year 5138: unreadable by pandas if it were stored
+    "99999999999999999999": "timestamp in the future",  # its microseconds overflow a bigint
+    "5138-01-01T00:00:00Z": "timestamp in the future",
+    "2026-12-02T00:00:01Z": "timestamp in the future",  # one second past the skew
+    "1796126400": None,  # 2026-12-01T12:00Z: later than the clock, within the 24 h skew
+    "631152000": None,  # 1990-01-01T00:00:00Z: exactly the floor
+    "631151999.5": "timestamp before floor",
+    "0": "timestamp before floor",  # the "unknown time" sentinel
+    "-86400": "timestamp before floor",
+    "1989-12-31T23:59:59Z": "timestamp before floor",
+    "1767225600": None,
+}
+
+
+def _assert_readable_everywhere(config, names):
+    """Every table reads with deltalake + pandas (int64 ns timestamps) and pyarrow, as downstream readers do."""
+    from deltalake import DeltaTable
+
+    for name in names:
+        table = DeltaTable(config.table_path(name))
+        frame = table.to_pandas()
+        arrow = table.to_pyarrow_table()
+        assert len(frame) == arrow.num_rows > 0, name
+
+
+def test_timestamps_outside_floor_and_wall_clock_are_quarantined(spark, make_config, tmp_path):
+    lines = [f"{n + 1},{200 + n},{raw},4" for n, raw in enumerate(TIMES)]
+    path = _write_csv(tmp_path / "times.csv", lines)
+    config = make_config()
+    result = ingest(spark, config, resolve_source(str(path)), None, "ingest-times", NOW)  # no --as-of
+    bad = Counter(reason for reason in TIMES.values() if reason)
+    assert (result.rows_valid, result.rows_quarantined) == (len(TIMES) - sum(bad.values()), sum(bad.values()))
+    assert result.reasons == dict(bad)
+    by_ts = {json.loads(r["payload"])["raw_ts"]: r["reason"] for r in _table(spark, config, "quarantine").collect()}
+    assert by_ts == {raw: reason for raw, reason in TIMES.items() if reason}
+    stamps = sorted(e["ts"] for e in _table(spark, config, "events").collect())
+    assert stamps == [datetime(1990, 1, 1), datetime(2026, 1, 1), datetime(2026, 12, 1, 12)]
+    assert _run_details(spark, config, "ingest-times")["event_time_bounds"] == {
+        "floor": "1990-01-01T00:00:00+00:00", "latest": "2026-12-02T00:00:00+00:00", "as_of_limit": None}
+    _assert_readable_everywhere(config, ["events", "quarantine", "runs"])
+
+
+def test_future_timestamp_is_quarantined_on_the_real_wall_clock(spark, make_config, tmp_path):
+    """What the issue saw: year 5138 accepted without --as-of; now quarantined and every table stays readable."""
+    path = _write_csv(tmp_path / "ratings.csv", GOOD[:5] + ["1,101,99999999999,4"])
+    config = make_config()
+    result = ingest(spark, config, resolve_source(str(path)), None, "ingest-future")  # wall clock read in ingest
+    assert (result.rows_valid, result.rows_quarantined, result.reasons) == (5, 1, {"timestamp in the future": 1})
+    _assert_readable_everywhere(config, ["events", "quarantine", "runs"])
+
+
+def test_parquet_input_follows_the_same_rules(spark, make_config, tmp_path):
+    """String ids in Parquet, and float64 ids / times as pandas writes an int column with a missing value."""
+    frame = pd.DataFrame({
+        "user_id": ["1", "2", "-5", "abc", "3", "4"],
+        "item_id": [10.0, 11.0, 10.0, 10.0, float("nan"), 12.0],
+        "timestamp": [1767225600.0, 1767229200.5, 1767225600.0, 1767225600.0, 1767225600.0, 99999999999.0],
+        "rating": [4.0, 3.0, 4.0, 4.0, 4.0, 4.0],
+    })
+    path = tmp_path / "events.parquet"
+    frame.to_parquet(path)
+    config = make_config()
+    result = ingest(spark, config, resolve_source(str(path)), None, "ingest-pq", NOW)
+    assert result.rows_in == len(frame) and (result.rows_valid, result.rows_quarantined) == (2, 4)
+    assert result.reasons == {"negative user_id": 1, "non-integer user_id": 1, "missing item_id": 1,
+                              "timestamp in the future": 1}
+    events = _table(spark, config, "events").orderBy("ts").collect()
+    assert [(e["user_id"], e["item_id"], e["ts"]) for e in events] == [
+        (1, 10, datetime(2026, 1, 1)), (2, 11, datetime(2026, 1, 1, 1, 0, 0, 500000))]
+    _assert_readable_everywhere(config, ["events", "quarantine"])
+
+
+def _cli(config, *args):
+    return ["--warehouse", str(config.warehouse), *set_args(TEST_OVERRIDES), *args]
+
+
+def _versions(spark, config):
+    return {name: table_version(spark, config.table_path(name)) for name in ("events", "quarantine", "id_map", "runs")}
+
+
+def test_validate_only_reports_and_writes_nothing(spark, make_config, tmp_path, capsys):
+    bad = _write_csv(tmp_path / "bad.csv", GOOD + list(BAD_IDS) + ["1,101,99999999999,4"])
+    clean = _write_csv(tmp_path / "clean.csv", GOOD)
+    config = make_config()
+
+    # a fresh warehouse: exit 3, counts and samples printed, no table created
+    assert ingest_job.main(["--input", str(bad), "--validate-only", *_cli(config)]) == EXIT_WOULD_QUARANTINE == 3
+    out = capsys.readouterr().out
+    assert "37 rows read, 30 valid, 7 would be quarantined; nothing written" in out
+    assert "3  non-integer user_id" in out and "1  timestamp in the future" in out
+    assert '"raw_user": "abc"' in out and '"raw_ts": "99999999999"' in out
+    assert "user_id=int (--id-mode auto: 33 of 37 values are integers)" in out
+    assert not config.warehouse.exists() or not any(config.warehouse.iterdir())
+    assert ingest_job.main(["--input", str(clean), "--validate-only", *_cli(config)]) == EXIT_OK
+    assert "30 rows read, 30 valid, 0 would be quarantined" in capsys.readouterr().out
+    assert not config.warehouse.exists() or not any(config.warehouse.iterdir())
+
+    # an existing warehouse: every table keeps its Delta version, and the runs audit gets no row
+    assert ingest_job.main(["--input", str(bad), "--run-id", "ingest-bad", *_cli(config)]) == EXIT_OK
+    before = _versions(spark, config)
+    assert all(before[name] is not None for name in ("events", "quarantine", "runs"))
+    assert ingest_job.main(["--input", str(bad), "--validate-only", "--samples", "1", *_cli(config)]) == 3
+    assert _versions(spark, config) == before  # runs included: no audit row either
+    assert "exit codes" in ingest_job.build_parser().format_help()

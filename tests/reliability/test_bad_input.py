@@ -1,10 +1,11 @@
 """Bad input through the real entry points: quarantine with a reason, or a clear refusal before
 anything is written - never a partial table, never a NaN embedding.
 
-Row-level cases (null/negative/unparseable ids, future timestamps, duplicates, out-of-range
-ratings) land in ``quarantine``; file-level cases (schema drift, empty input) and model/config
-cases (corrupt or foreign checkpoint, wrong embedding dimension) are refused with exit code 2 and
-a message naming the problem, and every table keeps its Delta version.
+Row-level cases (null/negative/non-integer ids, timestamps after the as-of, in the future or before
+the floor, duplicates, out-of-range ratings) land in ``quarantine``; file-level cases (schema
+drift, empty input) and model/config cases (corrupt or foreign checkpoint, wrong embedding
+dimension) are refused with exit code 2 and a message naming the problem, and every table keeps
+its Delta version. ``ingest --validate-only`` exits 3 on rows it would quarantine and writes nothing.
 """
 
 from __future__ import annotations
@@ -37,21 +38,48 @@ def test_bad_rows_are_quarantined_next_to_good_rows(spark, fresh_world, tmp_path
         ("7", "3", "1767225600", "4"),               # exact duplicate of the good row
         ("", "3", "1767225600", "4"),                 # null user
         ("-5", "3", "1767225600", "4"),               # negative user
-        ("8", "abc", "1767225600", "4"),              # unknown/unparseable item id
-        ("8", "4", "1893456000", "4"),                # 2030: after as-of
+        ("8", "abc", "1767225600", "4"),              # non-integer item id
+        ("8", "4", "1780272000", "4"),                # 2026-06-01: after as-of (before the wall clock)
+        ("8", "7", "99999999999", "4"),               # year 5138: in the future, with or without as-of
+        ("8", "8", "0", "4"),                         # epoch 0: before ingest.min_event_time
         ("8", "5", "1767225600", "11"),               # rating out of range
         ("8", "6", "not-a-time", "4"),                # unparseable timestamp
     ]
     path = tmp_path / "mixed.csv"
     pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp", "rating"]).to_csv(path, index=False)
     result = ingest(spark, config, resolve_source(str(path), id_mode="int"), T0, "ingest-mixed")
-    assert (result.rows_valid, result.rows_quarantined) == (1, 7)
+    assert (result.rows_valid, result.rows_quarantined) == (1, 9)
     quarantine = spark.read.format("delta").load(config.table_path("quarantine")).where("run_id = 'ingest-mixed'")
     assert Counter(r["reason"] for r in quarantine.collect()) == Counter([
-        "duplicate event", "missing user_id", "negative user_id", "unparseable item_id", "timestamp after as-of",
-        "rating out of range", "unparseable timestamp"])
+        "duplicate event", "missing user_id", "negative user_id", "non-integer item_id", "timestamp after as-of",
+        "timestamp in the future", "timestamp before floor", "rating out of range", "unparseable timestamp"])
     assert all(json.loads(r["payload"]) for r in quarantine.collect())
     assert spark.read.format("delta").load(config.table_path("events")).count() == events_before + 1
+
+
+def test_validate_only_then_ingest_through_the_cli(spark, fresh_world, tmp_path):
+    """The entry point spark-submit and the Airflow task run: --validate-only exits 3 and changes no
+    table; the real ingest then logs the counts by reason and keeps the integer ids."""
+    config = fresh_world()
+    rows = [("7", "3", "1767225600", "4"), ("8", "3", "1767229200", "4"), ("-5", "3", "1767225600", "4"),
+            ("abc", "3", "1767225600", "4"), ("9", "4", "99999999999", "4")]
+    path = tmp_path / "ratings.csv"
+    pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp", "rating"]).to_csv(path, index=False)
+    before = _versions(spark, config)
+    done = run_solaris(config, "ingest", "--input", str(path), "--validate-only")
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "5 rows read, 2 valid, 3 would be quarantined; nothing written" in done.stdout
+    for line in ("1  negative user_id", "1  non-integer user_id", "1  timestamp in the future"):
+        assert line in done.stdout, done.stdout
+    assert _versions(spark, config) == before
+
+    done = run_solaris(config, "ingest", "--input", str(path), "--run-id", "ingest-cli")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "WARNING solaris.ingest: user_id: 2 of 5 values are not non-negative integers" in done.stderr
+    assert "read 5 rows: 2 valid, 3 quarantined {'negative user_id': 1, 'non-integer user_id': 1, " \
+           "'timestamp in the future': 1}" in done.stderr
+    events = spark.read.format("delta").load(config.table_path("events")).where("ingest_run_id = 'ingest-cli'")
+    assert sorted(r["user_id"] for r in events.collect()) == [7, 8]
 
 
 @pytest.mark.parametrize("case", ["missing column", "wrong type", "extra column", "empty", "header only"])

@@ -55,3 +55,13 @@ def test_resolve_source_for_dat_keeps_int_ids(tmp_path):
     assert spec.layout == "ml-ratings-dat" and spec.id_mode == "int"
     with pytest.raises(SourceError, match="does not exist"):
         resolve_source(str(tmp_path / "nope.csv"))
+
+
+def test_every_id_mode_is_one_the_rules_decide():
+    from solaris.ingest.events import IdCounts, choose_id_mode
+    from solaris.ingest.sources import ID_MODES, SourceSpec
+
+    for mode in ID_MODES:
+        assert choose_id_mode("user_id", mode, IdCounts(4, 3), 0.5).requested == mode
+    with pytest.raises(SourceError, match="id mode"):
+        SourceSpec("csv", "x.csv", "x", id_mode="hash")
