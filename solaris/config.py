@@ -177,6 +177,8 @@ class FMConfig(_Strict):
     heads: int = Field(2, ge=1)
     tower: tuple[int, ...] = (256, 128)
     dropout: float = Field(0.1, ge=0, lt=1)
+    user_id_dropout: float = Field(0.0, ge=0, le=1)  # training rows whose user-id vector is zeroed (FMSpec)
+    self_attention: bool = True  # a self-attention layer over the history before target attention (FMSpec)
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "FMConfig":

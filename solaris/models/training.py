@@ -222,8 +222,9 @@ def training_metadata(
 
 def fm_spec(config: SolarisConfig) -> FMSpec:
     fm = config.model.fm
-    return FMSpec(config.model.embedding_dim, config.model.history_length, fm.id_buckets, fm.d_model, fm.heads,
-                  tuple(fm.tower), fm.dropout)
+    return FMSpec(embedding_dim=config.model.embedding_dim, history_length=config.model.history_length,
+                  id_buckets=fm.id_buckets, d_model=fm.d_model, heads=fm.heads, tower=tuple(fm.tower),
+                  dropout=fm.dropout, user_id_dropout=fm.user_id_dropout, self_attention=fm.self_attention)
 
 
 def vm_spec(config: SolarisConfig, with_fm_embedding: bool = False) -> VMSpec:

@@ -1,6 +1,9 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from solaris.models.common import pick_device, to_tensors
 from solaris.models.fm import FoundationModel
@@ -41,6 +44,40 @@ def test_fm_pair_embedding_depends_on_item():
     with torch.inference_mode():
         assert not torch.allclose(model(batch)[0], model(other)[0])
         assert torch.allclose(model.user_representation(batch), model.user_representation(other))
+
+
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_fm_without_self_attention_or_with_user_id_dropout_stays_finite(self_attention):
+    spec = dataclasses.replace(SMALL_FM, self_attention=self_attention, user_id_dropout=0.5)
+    torch.manual_seed(0)
+    model = FoundationModel(spec)
+    assert (model.encoder is None) is (not self_attention)
+    features, labels = small_features()
+    batch = to_tensors(features)
+    pair, logit = model.train()(batch)
+    nn.functional.binary_cross_entropy_with_logits(logit, torch.as_tensor(labels)).backward()
+    assert torch.isfinite(pair).all() and torch.isfinite(logit).all()
+    with torch.inference_mode():
+        first, second = model.eval()(batch)[1], model(batch)[1]
+    assert torch.equal(first, second)  # the id dropout acts in training only
+
+
+def test_fm_user_id_table_starts_at_zero_with_id_dropout_and_never_moves_at_full_dropout():
+    """An untrained bucket must mean "unknown user", the zero vector the dropout trained on."""
+    assert FoundationModel(SMALL_FM).user_emb.table.weight.abs().sum() > 0  # no dropout: random start
+    torch.manual_seed(0)
+    model = FoundationModel(dataclasses.replace(SMALL_FM, user_id_dropout=1.0))
+    assert model.user_emb.table.weight.abs().sum() == 0
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    features, labels = small_features()
+    for _ in range(3):
+        loss = nn.functional.binary_cross_entropy_with_logits(model.train()(to_tensors(features))[1],
+                                                              torch.as_tensor(labels))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert model.user_emb.table.weight.abs().sum() == 0
+    assert model.item_emb.table.weight.abs().sum() > 0
 
 
 def test_vm_with_and_without_fm_slot():
