@@ -4,11 +4,13 @@ The evaluation's ablation (docs/evaluation.md) pools every scored request, so a 
 3 % of them cannot move the pooled NE much whatever it is worth. This reads a finished evaluation
 (``solaris evaluate``: ``metrics.json`` and each seed's ``scored.npz``) and the warehouse's events
 (``deltalake``, no Spark), and for every tier k compares, **on the requests tier k served**, the
-VM+SOLARIS model fed that value (``solaris_tiers1-k``) with the same model fed nothing
-(``solaris_none``), the VM baseline and the FM. Which tier served a request is read off the
-predictions: ``solaris_tiers1-k`` and ``solaris_tiers1-(k-1)`` differ exactly on the requests
-tier k served. 95 % intervals: users resampled (one draw for every seed and variant, so differences
-are paired), the statistic averaged over seeds.
+VM+SOLARIS model fed that value (``solaris_tiers1-k``) with ``solaris_none``, the VM baseline and
+the FM. ``solaris_none`` is, since the evaluation protocol of issue #47, the control model trained
+and scored with nothing served (before it, the same SOLARIS model fed nothing). Which tier served a
+request is each seed's ``served_tier`` in ``scored.npz``; evaluations written before it kept none,
+and there it is read off the predictions (``solaris_tiers1-k`` and ``solaris_tiers1-(k-1)`` differ
+exactly on the requests tier k served). 95 % intervals: users resampled (one draw for every seed and
+variant, so differences are paired), the statistic averaged over seeds.
 
     .venv/bin/python bench/tier_strata.py --warehouse /tmp/wh --name t0-20001120T030000Z
 """
@@ -24,6 +26,7 @@ import numpy as np
 
 from solaris.evaluation.bootstrap import percentile_interval, resample_counts, user_codes, weighted_ne
 from solaris.evaluation.protocol import SOLARIS_NONE, ablation_variant
+from solaris.jobs.evaluate import SERVED_TIER
 from solaris.models.training import EventArrays
 from solaris.tiers import SERVING_ORDER, TIER_NAMES
 from solaris.timeutil import utc_stamp
@@ -56,11 +59,14 @@ def main() -> None:
                  for seed in summary["seeds"]]
         first = seeds[0]
         served = np.zeros(scored.size, dtype=np.int64)  # tier that served each request (0: nothing)
-        previous = first[SOLARIS_NONE]
-        for tier in SERVING_ORDER:
-            current = first[ablation_variant(tier)]
-            served[current != previous] = tier
-            previous = current
+        if SERVED_TIER in first.files:
+            served = first[SERVED_TIER].astype(np.int64)
+        else:  # written before the served tiers were kept: the same model fed nothing, then tiers 1..k
+            previous = first[SOLARIS_NONE]
+            for tier in SERVING_ORDER:
+                current = first[ablation_variant(tier)]
+                served[current != previous] = tier
+                previous = current
         labels_all.append(events.label[scored].astype(np.float64))
         users_all.append(events.user_id[scored])
         served_all.append(served)

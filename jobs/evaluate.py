@@ -10,11 +10,17 @@ users first). For each window and seed (docs/evaluation.md):
 2. ``replay_window``: the hourly precompute + enrichment over ``[T0 - tail, T0 + eval)`` exactly as
    the schedule runs it, in the seed's own warehouse folder;
 3. ``serve_requests``: every request of ``(tick, tick + 1h]`` resolved through the snapshot
-   published at ``tick`` (only what serving would have held);
-4. ``fine_tune``: the VM variants fine-tuned on the tail's requests, warm-started from step 1;
-5. ``predict_scored``: the requests of ``(T0, T0 + eval]`` scored by the FM (upper bound), every VM
-   variant, and VM+SOLARIS fed nothing (the control) / tier 1 only / tiers 1-2 / ... / every tier;
-6. ``score_seed``: metrics, coverage, hit rates and costs.
+   published at ``tick`` (only what serving would have held); ``oracle_requests``: the serving FM's
+   exact pair embedding for every request, from the history as of its tick (the ceiling's input);
+4. ``fine_tune``: the VM variants fine-tuned on the tail's requests, warm-started from step 1, with
+   the same rows, budget and learning rate (``evaluation.finetune_learning_rate``), one thread, the
+   warm start kept when no epoch beats it; every VM+SOLARIS model on the input it is scored with:
+   what serving returned, nothing (the control), the served values permuted within each tier (the
+   placebo), the exact pair (the oracle);
+5. ``predict_scored``: the requests of ``(T0, T0 + eval]`` scored by the FM (upper bound), the VMs
+   of step 1 (not fine-tuned) and every fine-tuned variant, the SOLARIS model fed tier 1 only /
+   tiers 1-2 / ... / every tier;
+6. ``score_seed``: metrics, coverage, hit rates and costs (a :class:`SeedResult`).
 
 Then 95 % intervals by bootstrap over users, paired across variants, pooled over seeds and windows
 (``solaris.evaluation.bootstrap``). Writes ``<warehouse>/evaluation/<name>/``: ``metrics.json``,
@@ -39,11 +45,11 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 import numpy as np
 
-from solaris.evaluation.protocol import cumulative_key
+from solaris.evaluation.protocol import SeedResult, cumulative_key
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
 from solaris.tiers import SERVING_ORDER
 from solaris.timeutil import utc_stamp
@@ -53,9 +59,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
     from torch import nn
 
-    from solaris.config import SolarisConfig
+    from solaris.config import SolarisConfig, TrainingConfig
+    from solaris.evaluation.bootstrap import BootstrapIntervals, ScoredRequests
     from solaris.evaluation.protocol import EvaluationWindow
-    from solaris.models.features import Features
+    from solaris.evaluation.report import EvaluationSummary
+    from solaris.models.features import Features, HistoryIndex
     from solaris.models.training import EventArrays
     from solaris.models.vm import VerticalModel
 
@@ -63,19 +71,20 @@ log = logging.getLogger("solaris.evaluate")
 
 END_OF_TIME = datetime(9999, 12, 31, tzinfo=timezone.utc)  # read every event (window choice needs them all)
 SCORED_FILE = "scored.npz"  # per seed: every variant's predictions on the scored requests (for the bootstrap)
+SERVED_TIER = "served_tier"  # ...and, beside them in the same file, the tier that served each scored request
 # coverage keys of tiers 1..k for every k, in serving order (solaris.evaluation.protocol.cumulative_key)
 _COVERAGE_KEYS = tuple(cumulative_key(k) for k in SERVING_ORDER)
 
 
-def _coverage_text(shares: dict[str, float]) -> str:
+def _coverage_text(shares: Mapping[str, float]) -> str:
     """"tier1 3.1%, tiers1-2 6.7%, ...": the cumulative coverage in serving order, as printed and logged."""
     return ", ".join(f"{'tier1' if key == 'tiers1' else key} {shares[key]:.1%}" for key in _COVERAGE_KEYS)
 
-# CI-sized evaluation: few ticks, one epoch, two seeds (so mean ± std still means something).
+# CI-sized evaluation: one window, few ticks, one epoch, two seeds (so mean ± std still means something).
 QUICK_OVERRIDES = [
-    "evaluation.seeds=2", "evaluation.tail_hours=3", "evaluation.eval_hours=2", "model.training.max_epochs=1",
-    "enrichment.knn_recall_sample=50", "evaluation.bootstrap_resamples=200", "evaluation.min_requests=100",
-    "evaluation.min_users=20", "evaluation.min_training_events=1000",
+    "evaluation.seeds=2", "evaluation.windows=1", "evaluation.tail_hours=3", "evaluation.eval_hours=2",
+    "model.training.max_epochs=1", "enrichment.knn_recall_sample=50", "evaluation.bootstrap_resamples=200",
+    "evaluation.min_requests=100", "evaluation.min_users=20", "evaluation.min_training_events=1000",
 ]
 
 
@@ -166,6 +175,26 @@ class WindowRows:
 
 
 @dataclass(frozen=True)
+class EvaluationData:
+    """The events every window reads, their point-in-time features, and the history index behind them.
+
+    ``oracle``: the oracle's input per (window T0, serving FM version), computed once and shared by
+    the seeds that share the FM.
+    """
+
+    events: EventArrays
+    features: Features  # each event's features at its own time (history strictly before it)
+    index: HistoryIndex  # queries features at other times (the oracle's serving ticks)
+    oracle: dict[tuple[str, str], np.ndarray]
+
+    @classmethod
+    def of(cls, events: EventArrays, history_length: int) -> EvaluationData:
+        index = events.index()
+        features = index.query(events.user_id, events.item_id, events.ts, history_length)  # = training_features
+        return cls(events, features, index, {})
+
+
+@dataclass(frozen=True)
 class TrainedModels:
     """Step 1: the models trained on events <= fm_cutoff.
 
@@ -228,21 +257,61 @@ class ServedFeatures:
 
 
 @dataclass(frozen=True)
+class FedInputs:
+    """What each VM+SOLARIS model is fine-tuned on (``tail``) and scored with (``scored``).
+
+    By variant: :data:`SOLARIS_ALL` what serving returned (the ablation feeds this model fewer
+    tiers), ``solaris_none`` nothing served, ``solaris_placebo`` the served vectors permuted within
+    each tier (tail and scored rows separately), ``solaris_oracle`` the exact pair, tier 1 on every row.
+    Each value: ``(vectors [n, D], tiers [n])``.
+    """
+
+    tail: dict[str, tuple[np.ndarray, np.ndarray]]
+    scored: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def fed_inputs(served: ServedFeatures, oracle: np.ndarray, seed: int) -> FedInputs:
+    """The input of every VM+SOLARIS model (pure; the placebo's permutation is seeded by ``seed``)."""
+    from solaris.evaluation import protocol as evaluation
+    from solaris.tiers import TIER_PAIR
+
+    if oracle.shape != served.vectors.shape:
+        raise ValueError(f"oracle embeddings {oracle.shape} are not aligned with the served ones "
+                         f"{served.vectors.shape}")
+    rng = np.random.default_rng([seed, 1])  # its own stream: the placebo of seed s is fixed by s
+    parts = {"tail": slice(0, served.n_tail), "scored": slice(served.n_tail, None)}
+    fed: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    for part, rows in parts.items():  # tail first, then scored: each permuted within its own rows
+        vectors, tiers = served.vectors[rows], served.tiers[rows]
+        fed[part] = {
+            evaluation.SOLARIS_ALL: (vectors, tiers),
+            evaluation.SOLARIS_NONE: evaluation.served_up_to_tier(vectors, tiers, 0),
+            evaluation.SOLARIS_PLACEBO: (evaluation.permuted_within_tier(vectors, tiers, rng), tiers),
+            evaluation.SOLARIS_ORACLE: (oracle[rows], np.full(tiers.size, TIER_PAIR, dtype=np.int64)),
+        }
+    return FedInputs(fed["tail"], fed["scored"])
+
+
+@dataclass(frozen=True)
 class FineTunedVMs:
-    """Step 4: the VM variants fine-tuned on the tail's requests."""
+    """Step 4: the VM variants fine-tuned on the tail's requests (same rows, budget and rate)."""
 
     baseline: VerticalModel
     distilled: VerticalModel
-    solaris: VerticalModel
+    solaris: VerticalModel  # on what serving returned
     solaris_distilled: VerticalModel
+    control: VerticalModel  # on nothing served
+    placebo: VerticalModel  # on the served vectors permuted within each tier
+    oracle: VerticalModel  # on the exact pair for every request
     seconds: float
 
 
 @dataclass(frozen=True)
 class ScoredPredictions:
-    """Step 5: every variant's probability on each scored request."""
+    """Step 5: every variant's probability on each scored request, and the tier that served it."""
 
     by_variant: dict[str, np.ndarray]
+    served_tier: np.ndarray
     seconds: float
 
 
@@ -312,8 +381,15 @@ def _teacher_logits(
     return logits, used
 
 
+def _vm_training(config: SolarisConfig, **update: Any) -> TrainingConfig:
+    """``model.training`` as the evaluation trains its VMs: one thread (the same seed gives the same VM)."""
+    from solaris.evaluation.protocol import VM_THREADS
+
+    return config.model.training.model_copy(update={**update, "threads": VM_THREADS})
+
+
 def train_models(
-    config: SolarisConfig, rows: WindowRows, events: EventArrays, features: Features, seed: int, seed_dir: Path,
+    config: SolarisConfig, rows: WindowRows, data: EvaluationData, *, seed: int, seed_dir: Path,
     replay_seed: int, replay_dir: Path,
 ) -> TrainedModels:
     """Step 1: serving FM and verifier (the replay's seed), this seed's VMs; all reused by fingerprint.
@@ -321,17 +397,22 @@ def train_models(
     The serving models live under ``replay_dir/models`` (the replayed jobs load them from there);
     this seed's baseline and distilled VMs under ``seed_dir/models``. The distilled VMs' soft labels
     come from ``model.distillation.teacher`` (cross-fitted fold FMs, or the served FM in-sample),
-    computed once per replay.
+    computed once per replay. The VMs train on one thread (:data:`VM_THREADS`, part of their fingerprint).
     """
-    from solaris.evaluation.protocol import step_fingerprint
+    from solaris.evaluation.protocol import VM_THREADS, step_fingerprint
     from solaris.models.training import train_fm, train_vm, training_metadata
 
     started = time.monotonic()
     cutoff = rows.window.fm_cutoff
+    events, features = data.events, data.features
     events_pre, features_pre = events.select(rows.pre), features.take(rows.pre)
+    vm_training = _vm_training(config)
 
     def inputs(of_seed: int) -> dict[str, Any]:
         return {"as_of": cutoff.isoformat(), "seed": of_seed, "data": rows.training_digest}
+
+    def vm_inputs(of_seed: int) -> dict[str, Any]:
+        return {**inputs(of_seed), "vm_threads": VM_THREADS}
 
     def fit_fm() -> tuple[nn.Module, dict[str, Any]]:
         result = train_fm(events, config, replay_seed, features=features, rows=rows.pre)
@@ -339,7 +420,7 @@ def train_models(
 
     def fit_vm(of_seed: int) -> Callable[[], tuple[nn.Module, dict[str, Any]]]:
         def fit() -> tuple[nn.Module, dict[str, Any]]:
-            result = train_vm(events_pre, config, of_seed, "baseline", features=features_pre)
+            result = train_vm(events_pre, config, of_seed, "baseline", features=features_pre, training=vm_training)
             return result.model, training_metadata("vm_baseline", cutoff, of_seed, events_pre, result)
         return fit
 
@@ -349,25 +430,26 @@ def train_models(
         fit_fm,
     )
     verifier, verifier_version, verifier_reused = _trained(
-        serving / "vm_baseline", "vm", None, step_fingerprint(config, "vm_baseline", **inputs(replay_seed)),
+        serving / "vm_baseline", "vm", None, step_fingerprint(config, "vm_baseline", **vm_inputs(replay_seed)),
         fit_vm(replay_seed),
     )
     if seed == replay_seed:
         baseline, baseline_version, baseline_reused = verifier, verifier_version, verifier_reused
     else:
         baseline, baseline_version, baseline_reused = _trained(
-            seed_dir / "models" / "vm_baseline", "vm", None, step_fingerprint(config, "vm_baseline", **inputs(seed)),
-            fit_vm(seed),
+            seed_dir / "models" / "vm_baseline", "vm", None,
+            step_fingerprint(config, "vm_baseline", **vm_inputs(seed)), fit_vm(seed),
         )
 
     def fit_distilled() -> tuple[nn.Module, dict[str, Any]]:
         teacher, used = _teacher_logits(config, rows, events, features, fm, fm_version, replay_seed, replay_dir)
-        result = train_vm(events_pre, config, seed, "distilled", teacher_logits=teacher, features=features_pre)
+        result = train_vm(events_pre, config, seed, "distilled", teacher_logits=teacher, features=features_pre,
+                          training=vm_training)
         return result.model, training_metadata("vm_distilled", cutoff, seed, events_pre, result, **used)
 
     # in-sample soft labels are the served FM's own: its version is an input of the distilled VM
     distilled_inputs = {
-        **inputs(seed), "teacher_seed": replay_seed,
+        **vm_inputs(seed), "teacher_seed": replay_seed,
         "fm": fm_version if config.model.distillation.teacher == "in-sample" else None,
     }
     distilled, distilled_version, distilled_reused = _trained(
@@ -477,95 +559,147 @@ def serve_requests(seed_config: SolarisConfig, rows: WindowRows, events: EventAr
     return ServedFeatures(vectors, tiers, int(rows.tail.size), tuple(per_tick), time.monotonic() - started)
 
 
-def fine_tune(
-    config: SolarisConfig, rows: WindowRows, events: EventArrays, features: Features, seed: int,
-    models: TrainedModels, served: ServedFeatures,
-) -> FineTunedVMs:
-    """Step 4: fine-tune the four VM variants on the tail, warm-started from step 1.
+def oracle_requests(config: SolarisConfig, rows: WindowRows, data: EvaluationData, fm: nn.Module) -> np.ndarray:
+    """The oracle's input: the serving FM's exact pair embedding for every tail and scored request.
 
-    The distilled variants' soft labels on the tail are the serving FM's (it never saw the tail).
+    Computed as the score job would have at the request's serving tick: features from the history
+    strictly before the tick (:meth:`EvaluationWindow.serving_tick_times`), so nothing at or after
+    the request reaches it. Tier 1 on every request: what SOLARIS could transfer with full coverage.
     """
+    from solaris.models.training import predict
+
+    served_rows = np.concatenate([rows.tail, rows.scored])
+    events = data.events
+    at_tick = rows.window.serving_tick_times(events.ts[served_rows])
+    if not np.all(at_tick < events.ts[served_rows]):  # the rule the served embeddings obey too
+        raise RuntimeError("an oracle query time is not strictly before its request")
+    features = data.index.query(events.user_id[served_rows], events.item_id[served_rows], at_tick,
+                                config.model.history_length)
+    _fm_threads(config)
+    _, _, embeddings = predict(fm, features, with_embeddings=True)
+    if embeddings is None:
+        raise RuntimeError("the serving FM returned no pair embeddings")
+    return embeddings
+
+
+def _fm_threads(config: SolarisConfig) -> None:
+    """The FM predicts on ``model.training.threads`` (the VMs' fits leave torch on one thread)."""
+    import torch
+
+    torch.set_num_threads(config.model.training.threads)
+
+
+def fine_tune(
+    config: SolarisConfig, rows: WindowRows, data: EvaluationData, *, seed: int, models: TrainedModels,
+    inputs: FedInputs,
+) -> FineTunedVMs:
+    """Step 4: fine-tune every VM variant on the tail, warm-started from step 1, with one budget.
+
+    Same rows, batch size, epochs, early stopping and ``evaluation.finetune_learning_rate`` for every
+    variant, on one thread; the warm start is kept when no epoch beats it on validation NE
+    (``keep_initial``). The distilled variants' soft labels on the tail are the serving FM's (it never
+    saw the tail). Each VM+SOLARIS model learns from the input it is scored with (:class:`FedInputs`).
+    """
+    from solaris.evaluation import protocol as evaluation
     from solaris.models.training import predict, train_vm
 
     started = time.monotonic()
-    training = config.model.training.model_copy(update={"batch_size": config.evaluation.finetune_batch_size})
-    events_tail, features_tail = events.select(rows.tail), features.take(rows.tail)
+    settings = config.evaluation
+    training = _vm_training(config, batch_size=settings.finetune_batch_size,
+                            learning_rate=settings.finetune_learning_rate)
+    events_tail, features_tail = data.events.select(rows.tail), data.features.take(rows.tail)
+    _fm_threads(config)
     _, tail_teacher, _ = predict(models.fm, features_tail, with_embeddings=True)
-    vectors, tiers = served.tail()
-    common: dict[str, Any] = {"features": features_tail, "training": training}
-    served_input: dict[str, Any] = {"fm_embedding": vectors, "fm_tier": tiers}
 
-    def tuned(variant: str, base: VerticalModel, **extra: Any) -> VerticalModel:
-        return cast("VerticalModel", train_vm(events_tail, config, seed, variant, init_from=base, **common,
-                                              **extra).model)
+    def tuned(variant: str, base: VerticalModel, fed: str | None = None, **extra: Any) -> VerticalModel:
+        if fed is not None:
+            extra["fm_embedding"], extra["fm_tier"] = inputs.tail[fed]
+        result = train_vm(events_tail, config, seed, variant, init_from=base, features=features_tail,
+                          training=training, keep_initial=True, **extra)
+        return cast("VerticalModel", result.model)
 
     return FineTunedVMs(
         baseline=tuned("baseline", models.baseline),
         distilled=tuned("distilled", models.distilled, teacher_logits=tail_teacher),
-        solaris=tuned("solaris", models.baseline, **served_input),
-        solaris_distilled=tuned("solaris_distilled", models.distilled, teacher_logits=tail_teacher, **served_input),
+        solaris=tuned("solaris", models.baseline, evaluation.SOLARIS_ALL),
+        solaris_distilled=tuned("solaris_distilled", models.distilled, evaluation.SOLARIS_ALL,
+                                teacher_logits=tail_teacher),
+        control=tuned("solaris", models.baseline, evaluation.SOLARIS_NONE),
+        placebo=tuned("solaris", models.baseline, evaluation.SOLARIS_PLACEBO),
+        oracle=tuned("solaris", models.baseline, evaluation.SOLARIS_ORACLE),
         seconds=time.monotonic() - started,
     )
 
 
 def predict_scored(
-    rows: WindowRows, features: Features, models: TrainedModels, tuned: FineTunedVMs, served: ServedFeatures
+    config: SolarisConfig, rows: WindowRows, data: EvaluationData, *, models: TrainedModels, tuned: FineTunedVMs,
+    inputs: FedInputs,
 ) -> ScoredPredictions:
-    """Step 5: FM, VM variants and VM+SOLARIS fed nothing / tiers up to 1, 2, ... on the scored requests."""
+    """Step 5: every variant on the scored requests; the SOLARIS model fed tiers up to 1, 2, ... too."""
     from solaris.evaluation import protocol as evaluation
     from solaris.models.training import predict
 
     started = time.monotonic()
-    features_scored = features.take(rows.scored)
-    vectors, tiers = served.scored()
-    by_variant = {
-        "fm": predict(models.fm, features_scored),
-        "vm_baseline": predict(tuned.baseline, features_scored),
-        "vm_distilled": predict(tuned.distilled, features_scored),
-    }
-    for variant, max_tier in evaluation.SOLARIS_MAX_TIER.items():
-        fed_vectors, fed_tiers = evaluation.served_up_to_tier(vectors, tiers, max_tier)
-        model = tuned.solaris_distilled if variant == "solaris_distilled" else tuned.solaris
-        by_variant[variant] = predict(model, features_scored, {"fm_embedding": fed_vectors, "fm_tier": fed_tiers})
-    return ScoredPredictions(by_variant, time.monotonic() - started)
+    features_scored = data.features.take(rows.scored)
+
+    def fed(model: VerticalModel, vectors: np.ndarray, tiers: np.ndarray) -> np.ndarray:
+        return predict(model, features_scored, {"fm_embedding": vectors, "fm_tier": tiers})
+
+    _fm_threads(config)
+    by_variant = {"fm": predict(models.fm, features_scored)}
+    for name, model in ((evaluation.PRETRAINED["vm_baseline"], models.baseline), ("vm_baseline", tuned.baseline),
+                        (evaluation.PRETRAINED["vm_distilled"], models.distilled), ("vm_distilled", tuned.distilled)):
+        by_variant[name] = predict(model, features_scored)
+    served_vectors, served_tiers = inputs.scored[evaluation.SOLARIS_ALL]
+    for name in evaluation.ABLATION:
+        by_variant[name] = fed(tuned.solaris, *evaluation.served_up_to_tier(
+            served_vectors, served_tiers, evaluation.SOLARIS_MAX_TIER[name]))
+    by_variant["solaris_distilled"] = fed(tuned.solaris_distilled, served_vectors, served_tiers)
+    for name, model in ((evaluation.SOLARIS_NONE, tuned.control), (evaluation.SOLARIS_PLACEBO, tuned.placebo),
+                        (evaluation.SOLARIS_ORACLE, tuned.oracle)):
+        by_variant[name] = fed(model, *inputs.scored[name])
+    return ScoredPredictions(by_variant, served_tiers, time.monotonic() - started)
 
 
 def score_seed(
-    spark: SparkSession, seed_config: SolarisConfig, rows: WindowRows, events: EventArrays, seed: int,
+    spark: SparkSession, seed_config: SolarisConfig, rows: WindowRows, events: EventArrays, *, seed: int,
     models: TrainedModels, replayed: ReplayOutcome, served: ServedFeatures, tuned: FineTunedVMs,
     predictions: ScoredPredictions,
-) -> dict:
-    """Step 6: the seed's metrics, coverage, replay figures and costs (JSON-plain, saved as result.json)."""
+) -> SeedResult:
+    """Step 6: the seed's metrics, coverage, replay figures and costs (saved as result.json)."""
     from solaris.evaluation import protocol as evaluation
 
     labels = events.label[rows.scored]
     per_tick = [tick.to_dict() for tick in served.per_tick]
-    hit_rates, cost = _replay_figures(spark, seed_config, rows.window, per_tick, rows.scored.size)
-    return {
-        "seed": seed,
-        "t0": rows.window.t0.isoformat(),
-        "variants": evaluation.variant_metrics(labels, predictions.by_variant),
-        "coverage": evaluation.coverage_by_tier(served.scored()[1]),
-        "tail_coverage": evaluation.coverage_by_tier(served.tail()[1]),
-        "per_tick": [{**row, **hit_rates.get(row["tick"], {})} for row in per_tick],
-        "cost": {
-            **cost,
-            "train_models_s": models.seconds,
-            "replay_s": replayed.seconds,
-            "resolve_s": served.seconds,
-            "finetune_vms_s": tuned.seconds,
-            "score_requests_s": predictions.seconds,
-        },
-        "models": {"versions": models.versions, "reused": list(models.reused)},
-        "replay": {"seed": replayed.seed, "ticks": replayed.ticks, "ticks_run": replayed.ticks_run,
-                   "cleared": replayed.cleared},
-        "requests": {
+    hit_rates, fm_cost = _replay_figures(spark, seed_config, rows.window, per_tick, rows.scored.size)
+    return SeedResult(
+        seed=seed,
+        t0=rows.window.t0.isoformat(),
+        variants=evaluation.variant_metrics(labels, predictions.by_variant),
+        coverage=evaluation.coverage_by_tier(served.scored()[1]),
+        tail_coverage=evaluation.coverage_by_tier(served.tail()[1]),
+        per_tick=tuple({**row, **hit_rates.get(row["tick"], {})} for row in per_tick),
+        cost=evaluation.Cost(
+            fm_pairs_scored=float(fm_cost["fm_pairs_scored"]),
+            fm_users_represented=float(fm_cost["fm_users_represented"]),
+            fm_passes_per_request=float(fm_cost["fm_passes_per_request"]),
+            train_models_s=models.seconds,
+            replay_s=replayed.seconds,
+            resolve_s=served.seconds,
+            finetune_vms_s=tuned.seconds,
+            score_requests_s=predictions.seconds,
+            seed_wall_s=float("nan"),  # the caller's clock: with_wall_time
+        ),
+        models={"versions": models.versions, "reused": list(models.reused)},
+        replay={"seed": replayed.seed, "ticks": replayed.ticks, "ticks_run": replayed.ticks_run,
+                "cleared": replayed.cleared},
+        requests={
             "tail": int(rows.tail.size),
             "scored": int(rows.scored.size),
             "scored_users": int(np.unique(events.user_id[rows.scored]).size),
             "base_rate": float(labels.mean()),
         },
-    }
+    )
 
 
 def replay_of(config: SolarisConfig, window_dir: Path, seed: int) -> tuple[int, Path]:
@@ -580,9 +714,9 @@ def replay_of(config: SolarisConfig, window_dir: Path, seed: int) -> tuple[int, 
 
 
 def evaluate_seed(
-    spark: SparkSession, config: SolarisConfig, rows: WindowRows, events: EventArrays, features: Features,
-    seed: int, seed_dir: Path, replay_seed: int, replay_dir: Path,
-) -> tuple[dict, dict[str, np.ndarray]]:
+    spark: SparkSession, config: SolarisConfig, rows: WindowRows, data: EvaluationData, *, seed: int,
+    seed_dir: Path, replay_seed: int, replay_dir: Path,
+) -> tuple[SeedResult, ScoredPredictions]:
     """One seed of one window: train -> replay -> serve -> fine-tune -> predict -> score.
 
     The serving FM, verifier, teacher and replay are ``replay_seed``'s in ``replay_dir``
@@ -597,13 +731,19 @@ def evaluate_seed(
         "%d scored requests",
         seed, replay_seed, replay_dir, window.t0, rows.pre.size, window.fm_cutoff, rows.tail.size, rows.scored.size,
     )
-    models = train_models(seed_config, rows, events, features, seed, seed_dir, replay_seed, replay_dir)
+    models = train_models(seed_config, rows, data, seed=seed, seed_dir=seed_dir, replay_seed=replay_seed,
+                          replay_dir=replay_dir)
     replayed = replay_window(spark, config, replay_config, rows, models)
-    served = serve_requests(replay_config, rows, events)
-    tuned = fine_tune(seed_config, rows, events, features, seed, models, served)
-    predictions = predict_scored(rows, features, models, tuned, served)
-    result = score_seed(spark, replay_config, rows, events, seed, models, replayed, served, tuned, predictions)
-    return result, predictions.by_variant
+    served = serve_requests(replay_config, rows, data.events)
+    key = (window.t0.isoformat(), models.versions["fm"])
+    if key not in data.oracle:  # one serving FM per window: every seed sharing it reuses its oracle input
+        data.oracle[key] = oracle_requests(config, rows, data, models.fm)
+    inputs = fed_inputs(served, data.oracle[key], seed)
+    tuned = fine_tune(seed_config, rows, data, seed=seed, models=models, inputs=inputs)
+    predictions = predict_scored(config, rows, data, models=models, tuned=tuned, inputs=inputs)
+    result = score_seed(spark, replay_config, rows, data.events, seed=seed, models=models, replayed=replayed,
+                        served=served, tuned=tuned, predictions=predictions)
+    return result, predictions
 
 
 def _replay_figures(
@@ -677,8 +817,10 @@ def choose_windows(config: SolarisConfig, events: EventArrays, t0s: list[datetim
     return [density.t0 for density in picked]
 
 
-def _saved_seed(seed_dir: Path, fingerprint: str) -> tuple[dict, dict[str, np.ndarray]] | None:
+def _saved_seed(seed_dir: Path, fingerprint: str) -> tuple[SeedResult, dict[str, np.ndarray]] | None:
     """The seed's saved result and scored predictions when they were computed with ``fingerprint``."""
+    from solaris.evaluation.protocol import VARIANTS
+
     result_path, scored_path = seed_dir / "result.json", seed_dir / SCORED_FILE
     if not (result_path.is_file() and scored_path.is_file()):
         return None
@@ -688,35 +830,127 @@ def _saved_seed(seed_dir: Path, fingerprint: str) -> tuple[dict, dict[str, np.nd
                  seed_dir, saved.get("fingerprint"), fingerprint)
         return None
     with np.load(scored_path) as scored:
-        return saved["result"], {name: scored[name] for name in scored.files}
+        return SeedResult.from_dict(saved["result"]), {name: scored[name] for name in scored.files if name in VARIANTS}
 
 
-def _save_seed(seed_dir: Path, fingerprint: str, result: dict, predictions: dict[str, np.ndarray]) -> None:
+def _save_seed(seed_dir: Path, fingerprint: str, result: SeedResult, predictions: ScoredPredictions) -> None:
     seed_dir.mkdir(parents=True, exist_ok=True)
     with open(seed_dir / f".{SCORED_FILE}.tmp", "wb") as handle:
-        np.savez(handle, **predictions)  # type: ignore[arg-type]  # numpy's stub types allow_pickle as **kwds
+        np.savez(handle, **predictions.by_variant, **{SERVED_TIER: predictions.served_tier})  # type: ignore[arg-type]
     (seed_dir / f".{SCORED_FILE}.tmp").replace(seed_dir / SCORED_FILE)
     tmp = seed_dir / ".result.json.tmp"
-    tmp.write_text(json.dumps({"fingerprint": fingerprint, "result": result}, indent=2, default=str))
+    tmp.write_text(json.dumps({"fingerprint": fingerprint, "result": result.to_dict()}, indent=2, default=str))
     tmp.replace(seed_dir / "result.json")
+
+
+def _seed_result(
+    session: Callable[[], SparkSession], config: SolarisConfig, rows: WindowRows, data: EvaluationData, *,
+    seed: int, seed_dir: Path, force_cleared: set[Path], force: bool,
+) -> tuple[SeedResult, dict[str, np.ndarray]]:
+    """One seed of one window: its saved result when the fingerprint matches, else computed and saved.
+
+    ``--force`` clears the seed's folder and its replay folder first, each once per run
+    (``force_cleared``: not again for the next seed sharing the replay).
+    """
+    import shutil
+
+    from solaris.evaluation import protocol as evaluation
+
+    replay_seed, replay_dir = replay_of(config, seed_dir.parent, seed)
+    fingerprint = evaluation.step_fingerprint(
+        config, "seed", t0=rows.window.t0.isoformat(), seed=seed, data=rows.window_digest,
+        replay_seed=replay_seed, variants=evaluation.VARIANTS, result_version=evaluation.SEED_RESULT_VERSION,
+    )
+    if force:
+        for folder in {seed_dir, replay_dir} - force_cleared:
+            if folder.exists():
+                shutil.rmtree(folder)
+            force_cleared.add(folder)
+    saved = _saved_seed(seed_dir, fingerprint)
+    if saved is not None:
+        log.info("seed %d of T0 %s already evaluated with these settings (%s): reused", seed, rows.window.t0,
+                 fingerprint)
+        return saved
+    started = time.monotonic()
+    result, predictions = evaluate_seed(session(), config, rows, data, seed=seed, seed_dir=seed_dir,
+                                        replay_seed=replay_seed, replay_dir=replay_dir)
+    result = result.with_wall_time(time.monotonic() - started)
+    _save_seed(seed_dir, fingerprint, result, predictions)
+    log.info(
+        "seed %d done in %.0fs: NE fm %.4f, vm %.4f, distilled %.4f, solaris all tiers %.4f, placebo %.4f, "
+        "oracle %.4f; coverage %s",
+        seed, result.cost.seed_wall_s,
+        *(result.variants[v].ne for v in ("fm", "vm_baseline", "vm_distilled", evaluation.SOLARIS_ALL,
+                                          evaluation.SOLARIS_PLACEBO, evaluation.SOLARIS_ORACLE)),
+        _coverage_text(result.coverage),
+    )
+    return result, predictions.by_variant
+
+
+@dataclass(frozen=True)
+class WindowOutcome:
+    """Every seed of one window: their results and the scored requests' predictions (for the bootstrap)."""
+
+    window: EvaluationWindow
+    results: tuple[SeedResult, ...]
+    scored: ScoredRequests
+
+
+def _evaluate_window(
+    session: Callable[[], SparkSession], config: SolarisConfig, data: EvaluationData, window: EvaluationWindow, *,
+    seeds: list[int], out_dir: Path, force: bool, force_cleared: set[Path],
+) -> WindowOutcome:
+    from solaris.evaluation.bootstrap import ScoredRequests
+
+    rows = WindowRows.of(data.events, window)
+    log.info("window T0 %s: FM trained up to %s, replay %d ticks to %s, %d seeds",
+             window.t0, window.fm_cutoff, len(window.ticks()), window.end, len(seeds))
+    results, per_seed_predictions = [], []
+    for seed in seeds:
+        result, predictions = _seed_result(
+            session, config, rows, data, seed=seed, seed_dir=out_dir / utc_stamp(window.t0) / f"seed-{seed}",
+            force_cleared=force_cleared, force=force,
+        )
+        results.append(result)
+        per_seed_predictions.append(predictions)
+    events = data.events
+    scored = ScoredRequests(events.user_id[rows.scored], events.label[rows.scored], tuple(per_seed_predictions))
+    return WindowOutcome(window, tuple(results), scored)
+
+
+def _intervals(config: SolarisConfig, outcomes: list[WindowOutcome]) -> BootstrapIntervals:
+    """User-bootstrap intervals pooled over every window, and per window when there are several."""
+    from dataclasses import replace
+
+    from solaris.evaluation.bootstrap import ScoredRequests, bootstrap_intervals
+
+    settings = config.evaluation
+    started = time.monotonic()
+    intervals = bootstrap_intervals(ScoredRequests.concatenate([o.scored for o in outcomes]),
+                                    settings.bootstrap_resamples, config.seed, settings.confidence)
+    if len(outcomes) > 1:
+        intervals = replace(intervals, per_window={
+            o.window.t0.isoformat(): bootstrap_intervals(o.scored, settings.bootstrap_resamples, config.seed,
+                                                         settings.confidence).pooled
+            for o in outcomes
+        })
+    log.info("user-bootstrap intervals (%d resamples) in %.0fs", settings.bootstrap_resamples,
+             time.monotonic() - started)
+    return intervals
 
 
 def run(
     spark: SparkSession | Callable[[], SparkSession], config: SolarisConfig,
     t0s: list[datetime] | datetime | None = None, name: str | None = None, force: bool = False,
-) -> dict:
+) -> EvaluationSummary:
     """Evaluate every window and seed (reusing what was computed with the same fingerprint), then report.
 
     ``spark``: a session, or a function that starts one. The events are read without Spark, so given a
     function, a rerun whose seeds all have results (the report regenerated, another seed count) never
     starts a JVM; the first seed that has to be computed starts it.
     """
-    import shutil
-
     from solaris.evaluation import protocol as evaluation
-    from solaris.evaluation.bootstrap import ScoredRequests, bootstrap_intervals
-    from solaris.evaluation.report import write_report
-    from solaris.models.features import training_features
+    from solaris.evaluation.report import EvaluationSummary, WindowSummary, write_report
 
     settings = config.evaluation
     session = _started_once(spark)
@@ -726,79 +960,31 @@ def run(
                for t in chosen]
     out_dir = config.resolve_under_warehouse(Path(settings.output) / (name or evaluation.default_name(chosen)))
     out_dir.mkdir(parents=True, exist_ok=True)
-    events = events.select(np.flatnonzero(events.ts <= max(w.end for w in windows).timestamp()))
-    features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
+    data = EvaluationData.of(events.select(np.flatnonzero(events.ts <= max(w.end for w in windows).timestamp())),
+                             config.model.history_length)
     seeds = list(range(config.seed, config.seed + settings.seeds))
-    results, scored_sets, wall = [], [], time.monotonic()
-    forced: set[Path] = set()  # --force clears each folder once, not again for the next seed sharing it
-    for window in windows:
-        rows = WindowRows.of(events, window)
-        log.info("window T0 %s: FM trained up to %s, replay %d ticks to %s, %d seeds",
-                 window.t0, window.fm_cutoff, len(window.ticks()), window.end, len(seeds))
-        per_seed_predictions = []
-        for seed in seeds:
-            seed_dir = out_dir / utc_stamp(window.t0) / f"seed-{seed}"
-            replay_seed, replay_dir = replay_of(config, seed_dir.parent, seed)
-            fingerprint = evaluation.step_fingerprint(
-                config, "seed", t0=window.t0.isoformat(), seed=seed, data=rows.window_digest,
-                replay_seed=replay_seed, variants=evaluation.VARIANTS,
-            )
-            if force:
-                for folder in {seed_dir, replay_dir} - forced:
-                    if folder.exists():
-                        shutil.rmtree(folder)
-                    forced.add(folder)
-            saved = _saved_seed(seed_dir, fingerprint)
-            if saved is not None:
-                log.info("seed %d of T0 %s already evaluated with these settings (%s): reused", seed, window.t0,
-                         fingerprint)
-                result, predictions = saved
-            else:
-                started = time.monotonic()
-                result, predictions = evaluate_seed(session(), config, rows, events, features, seed, seed_dir,
-                                                    replay_seed, replay_dir)
-                result["cost"]["seed_wall_s"] = time.monotonic() - started
-                _save_seed(seed_dir, fingerprint, result, predictions)
-                log.info(
-                    "seed %d done in %.0fs: NE fm %.4f, vm %.4f, distilled %.4f, solaris all tiers %.4f; coverage %s",
-                    seed, result["cost"]["seed_wall_s"],
-                    *(result["variants"][v]["ne"]
-                      for v in ("fm", "vm_baseline", "vm_distilled", evaluation.SOLARIS_ALL)),
-                    _coverage_text(result["coverage"]),
-                )
-            results.append(result)
-            per_seed_predictions.append(predictions)
-        scored_sets.append(ScoredRequests(events.user_id[rows.scored], events.label[rows.scored],
-                                          tuple(per_seed_predictions)))
-    started = time.monotonic()
-    intervals = bootstrap_intervals(
-        ScoredRequests.concatenate(scored_sets), settings.bootstrap_resamples, config.seed, settings.confidence
+    wall, cleared = time.monotonic(), set[Path]()
+    outcomes = [_evaluate_window(session, config, data, window, seeds=seeds, out_dir=out_dir, force=force,
+                                 force_cleared=cleared) for window in windows]
+    intervals = _intervals(config, outcomes)
+    summary = EvaluationSummary.of(
+        evaluation.aggregate_seeds([result for o in outcomes for result in o.results]),
+        output=str(out_dir),
+        t0=tuple(w.t0.isoformat() for w in windows),
+        windows=tuple(
+            WindowSummary(o.window.t0.isoformat(), o.window.fm_cutoff.isoformat(), o.window.end.isoformat(),
+                          int(o.scored.labels.size), int(np.unique(o.scored.users).size))
+            for o in outcomes
+        ),
+        scored_requests=intervals.n_requests,
+        scored_users=intervals.n_users,
+        settings=settings,
+        warehouse=str(config.warehouse),
+        seeds=tuple(seeds),
+        intervals=intervals,
+        per_seed=tuple(result for o in outcomes for result in o.results),
+        wall_s=time.monotonic() - wall,
     )
-    if len(windows) > 1:
-        intervals["per_window"] = {
-            w.t0.isoformat(): bootstrap_intervals(s, settings.bootstrap_resamples, config.seed,
-                                                  settings.confidence)["pooled"]
-            for w, s in zip(windows, scored_sets, strict=True)
-        }
-    log.info("user-bootstrap intervals (%d resamples) in %.0fs", settings.bootstrap_resamples,
-             time.monotonic() - started)
-    summary = {
-        "output": str(out_dir),
-        "t0": [w.t0.isoformat() for w in windows],
-        "windows": [
-            {"t0": w.t0.isoformat(), "fm_cutoff": w.fm_cutoff.isoformat(), "end": w.end.isoformat(),
-             "requests": int(s.labels.size), "users": int(np.unique(s.users).size)}
-            for w, s in zip(windows, scored_sets, strict=True)
-        ],
-        "requests": {"scored": intervals["n_requests"], "users": intervals["n_users"]},
-        "settings": settings.model_dump(mode="json"),
-        "warehouse": str(config.warehouse),
-        "seeds": seeds,
-        **evaluation.aggregate_seeds(results),
-        "intervals": intervals,
-        "per_seed": results,
-        "wall_s": time.monotonic() - wall,
-    }
     paths = write_report(out_dir, summary)
     log.info("evaluation written: %s", ", ".join(str(p) for p in paths))
     return summary
@@ -817,14 +1003,13 @@ def main(argv: list[str] | None = None) -> int:
         summary = run(lambda: get_spark(config, "evaluate"), config, args.as_of, args.name, args.force)
         from solaris.evaluation.report import interval_text, verdict_lines
 
-        pooled = summary["intervals"]["pooled"]
-        for name, row in pooled["ne"].items():
-            print(f"{name:<20} NE {interval_text(row, 4, signed=False)}  "
-                  f"AUC {interval_text(pooled['auc'][name], 4, signed=False)}")
-        cov = summary["coverage"]
-        print("coverage " + _coverage_text({key: cov[key]["mean"] for key in _COVERAGE_KEYS}))
-        print("\n".join(verdict_lines(summary["intervals"])))
-        print(f"report: {summary['output']}/report.md (metrics.json, *.png)")
+        pooled = summary.intervals.pooled
+        for name, cell in pooled.ne.items():
+            print(f"{name:<24} NE {interval_text(cell, 4, signed=False)}  "
+                  f"AUC {interval_text(pooled.auc.get(name), 4, signed=False)}")
+        print("coverage " + _coverage_text({key: summary.coverage[key].mean or 0.0 for key in _COVERAGE_KEYS}))
+        print("\n".join(verdict_lines(summary.intervals)))
+        print(f"report: {summary.output}/report.md (metrics.json, *.png)")
 
     return run_job("evaluate", body)
 

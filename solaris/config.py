@@ -408,9 +408,13 @@ class EvaluationConfig(_Strict):
     hour by hour over ``(T0 - tail_hours, T0 + eval_hours]``. The tail gives the SOLARIS VM
     variants training examples whose FM features are what serving would have held for them (same
     TTL, same coverage gaps, from an FM that had not seen them); the eval window is scored.
+
+    Every VM variant is fine-tuned on the same tail rows with the same budget
+    (``finetune_batch_size``, ``finetune_learning_rate``, ``model.training.max_epochs`` and
+    ``patience``), one thread, and may keep its warm start when no epoch beats it on validation NE.
     """
 
-    seeds: int = Field(3, ge=1)  # every seed trains its own VMs (and, without share_replay, FM and replay)
+    seeds: int = Field(5, ge=1)  # every seed trains its own VMs (and, without share_replay, FM and replay)
     # True: per window, one serving FM, verifier, teacher and replay (seed ``seed``) shared by every seed, each
     # seed training its own VMs on the same served tail. Why: seed variance is mostly the VMs'; the user
     # bootstrap carries the sampling noise; the replay is the evaluation's main cost (docs/evaluation.md)
@@ -419,9 +423,12 @@ class EvaluationConfig(_Strict):
     eval_hours: float = Field(24, gt=0)
     step_hours: float = Field(1, gt=0)
     finetune_batch_size: int = Field(256, ge=1)  # VM variants are fine-tuned on the tail (a few thousand rows)
+    # a tenth of the pre-training rate (model.training.learning_rate): a fine-tune refines the warm start,
+    # it does not retrain every weight from it
+    finetune_learning_rate: float = Field(2e-4, gt=0)
     output: str = "evaluation"  # folder under the warehouse: one sub-folder per evaluation
     t0s: tuple[datetime, ...] = ()  # windows' T0s when --as-of is not given; none: the densest windows
-    windows: int = Field(1, ge=1)  # how many non-overlapping windows to pick when no T0 is given
+    windows: int = Field(2, ge=1)  # how many non-overlapping windows to pick when no T0 is given
     min_requests: int = Field(5000, ge=1)  # per window: scored requests below this are refused
     min_users: int = Field(200, ge=1)  # per window: distinct requesting users below this are refused
     min_training_events: int = Field(10_000, ge=1)  # per window: events up to the FM cutoff

@@ -17,24 +17,41 @@ concatenated; per-seed intervals use the same resamples, one seed at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from solaris.evaluation.protocol import ABLATION, SOLARIS_ALL, SOLARIS_NONE, TRANSFER_VARIANTS, VARIANTS
+from solaris.evaluation.protocol import (
+    ABLATION,
+    PRETRAINED,
+    SOLARIS_ALL,
+    SOLARIS_NONE,
+    SOLARIS_ORACLE,
+    SOLARIS_PLACEBO,
+    TRANSFER_VARIANTS,
+    VARIANTS,
+)
 
 _EPS = 1e-7
 BASELINE, UPPER_BOUND = "vm_baseline", "fm"
 # (variant, reference) pairs the report states a verdict on: difference of NE and of transfer ratio
-# (all tiers, the distilled variants and tier 1 against distillation; then what each tier adds to the ones before)
 COMPARISONS: tuple[tuple[str, str], ...] = (
+    # against distillation: all tiers, the distilled variant, tier 1 and the ceiling
     (SOLARIS_ALL, "vm_distilled"),
     ("solaris_distilled", "vm_distilled"),
     (ABLATION[0], "vm_distilled"),
-    # what the served values add: the same fine-tuned model, fed tiers 1..k vs fed nothing
+    (SOLARIS_ORACLE, "vm_distilled"),
+    # what the served values add: against the control (trained and scored with nothing served) and the
+    # placebo (trained and scored with the served values permuted within each tier)
     (SOLARIS_ALL, SOLARIS_NONE),
+    (SOLARIS_ALL, SOLARIS_PLACEBO),
     (ABLATION[0], SOLARIS_NONE),
+    (SOLARIS_ORACLE, SOLARIS_PLACEBO),
+    # what the fine-tune on the tail does to the VMs
+    ("vm_baseline", PRETRAINED["vm_baseline"]),
+    ("vm_distilled", PRETRAINED["vm_distilled"]),
+    # what each tier adds to the ones before (the model fine-tuned on every tier)
     *zip(ABLATION[1:], ABLATION[:-1], strict=True),
 )
 
@@ -63,6 +80,107 @@ class Interval:
 
     def to_dict(self) -> dict[str, float | None]:
         return {"estimate": self.estimate, "low": self.low, "high": self.high, "undefined_share": self.undefined_share}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Interval:
+        return cls(data["estimate"], data["low"], data["high"], float(data.get("undefined_share") or 0.0))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A paired difference ``variant - reference``: of NE (negative: the variant is better) and of TR."""
+
+    variant: str
+    reference: str
+    ne_difference: Interval
+    transfer_ratio_difference: Interval
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant}-vs-{self.reference}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "reference": self.reference, "ne_difference": self.ne_difference.to_dict(),
+                "transfer_ratio_difference": self.transfer_ratio_difference.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
+        return cls(data["variant"], data["reference"], Interval.from_dict(data["ne_difference"]),
+                   Interval.from_dict(data["transfer_ratio_difference"]))
+
+
+def _intervals(data: Mapping[str, Any]) -> dict[str, Interval]:
+    return {name: Interval.from_dict(cell) for name, cell in data.items()}
+
+
+@dataclass(frozen=True)
+class IntervalSummary:
+    """Every interval the report states, for one set of predictions (pooled, one seed or one window).
+
+    ``ne`` / ``auc`` per variant; ``fm_vm_gap`` = NE_VM - NE_FM; ``ne_vs_baseline`` = NE_variant -
+    NE_VM; ``transfer_ratio`` per variant of :data:`TRANSFER_VARIANTS`; ``comparisons`` by
+    ``<variant>-vs-<reference>`` (:data:`COMPARISONS`).
+    """
+
+    ne: Mapping[str, Interval]
+    auc: Mapping[str, Interval]
+    fm_vm_gap: Interval
+    ne_vs_baseline: Mapping[str, Interval]
+    transfer_ratio: Mapping[str, Interval]
+    comparisons: Mapping[str, Comparison]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ne": {k: v.to_dict() for k, v in self.ne.items()},
+            "auc": {k: v.to_dict() for k, v in self.auc.items()},
+            "fm_vm_gap": self.fm_vm_gap.to_dict(),
+            "ne_vs_baseline": {k: v.to_dict() for k, v in self.ne_vs_baseline.items()},
+            "transfer_ratio": {k: v.to_dict() for k, v in self.transfer_ratio.items()},
+            "comparisons": {k: v.to_dict() for k, v in self.comparisons.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> IntervalSummary:
+        return cls(
+            _intervals(data["ne"]), _intervals(data["auc"]), Interval.from_dict(data["fm_vm_gap"]),
+            _intervals(data["ne_vs_baseline"]), _intervals(data["transfer_ratio"]),
+            {k: Comparison.from_dict(v) for k, v in data["comparisons"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class BootstrapIntervals:
+    """The user-bootstrap intervals of an evaluation (``metrics.json``'s ``intervals``).
+
+    ``pooled``: statistics averaged over seeds on every window's requests; ``per_seed``: one seed at
+    a time (same resamples); ``per_window``: by window T0, pooled over seeds (with more than one window).
+    """
+
+    resamples: int
+    confidence: float
+    n_requests: int
+    n_users: int
+    n_seeds: int
+    pooled: IntervalSummary
+    per_seed: tuple[IntervalSummary, ...]
+    per_window: Mapping[str, IntervalSummary] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"resamples": self.resamples, "confidence": self.confidence, "n_requests": self.n_requests,
+               "n_users": self.n_users, "n_seeds": self.n_seeds, "pooled": self.pooled.to_dict(),
+               "per_seed": [cell.to_dict() for cell in self.per_seed]}
+        if self.per_window:
+            out["per_window"] = {t0: cell.to_dict() for t0, cell in self.per_window.items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BootstrapIntervals:
+        return cls(
+            int(data["resamples"]), float(data["confidence"]), int(data["n_requests"]), int(data["n_users"]),
+            int(data["n_seeds"]), IntervalSummary.from_dict(data["pooled"]),
+            tuple(IntervalSummary.from_dict(cell) for cell in data["per_seed"]),
+            {t0: IntervalSummary.from_dict(cell) for t0, cell in data.get("per_window", {}).items()},
+        )
 
 
 def percentile_interval(estimate: float, replicates: np.ndarray, confidence: float = 0.95) -> Interval:
@@ -236,39 +354,39 @@ def _transfer(ne: dict[str, np.ndarray], variant: str) -> np.ndarray:
 
 def _summarise(
     estimate: dict[str, dict[str, np.ndarray]], replicates: dict[str, dict[str, np.ndarray]], confidence: float
-) -> dict:
+) -> IntervalSummary:
     """Intervals of every statistic the report uses, from per-variant NE/AUC (estimate and resamples)."""
 
-    def interval(fn, *args: str) -> dict:  # type: ignore[no-untyped-def]
-        return percentile_interval(float(fn(estimate, *args)), fn(replicates, *args), confidence).to_dict()
+    def interval(fn: Callable[..., Any], *args: str) -> Interval:
+        return percentile_interval(float(fn(estimate, *args)), fn(replicates, *args), confidence)
 
     variants = list(estimate["ne"])
-    out: dict = {
-        "ne": {v: interval(lambda m, v: m["ne"][v], v) for v in variants},
-        "auc": {v: interval(lambda m, v: m["auc"][v], v) for v in variants},
-        "fm_vm_gap": interval(lambda m: m["ne"][BASELINE] - m["ne"][UPPER_BOUND]),
-        "ne_vs_baseline": {v: interval(lambda m, v: m["ne"][v] - m["ne"][BASELINE], v) for v in variants
-                           if v != BASELINE},
-        "transfer_ratio": {v: interval(lambda m, v: _transfer(m["ne"], v), v) for v in TRANSFER_VARIANTS
-                           if v in variants},
-        "comparisons": {},
-    }
-    for variant, reference in COMPARISONS:
-        if variant in variants and reference in variants:
-            out["comparisons"][f"{variant}-vs-{reference}"] = {
-                "variant": variant,
-                "reference": reference,
-                "ne_difference": interval(lambda m, a, b: m["ne"][a] - m["ne"][b], variant, reference),
-                "transfer_ratio_difference": interval(
-                    lambda m, a, b: _transfer(m["ne"], a) - _transfer(m["ne"], b), variant, reference
-                ),
-            }
-    return out
+    comparisons = [
+        Comparison(
+            variant, reference,
+            ne_difference=interval(lambda m, a, b: m["ne"][a] - m["ne"][b], variant, reference),
+            transfer_ratio_difference=interval(
+                lambda m, a, b: _transfer(m["ne"], a) - _transfer(m["ne"], b), variant, reference
+            ),
+        )
+        for variant, reference in COMPARISONS
+        if variant in variants and reference in variants
+    ]
+    return IntervalSummary(
+        ne={v: interval(lambda m, v: m["ne"][v], v) for v in variants},
+        auc={v: interval(lambda m, v: m["auc"][v], v) for v in variants},
+        fm_vm_gap=interval(lambda m: m["ne"][BASELINE] - m["ne"][UPPER_BOUND]),
+        ne_vs_baseline={v: interval(lambda m, v: m["ne"][v] - m["ne"][BASELINE], v) for v in variants
+                        if v != BASELINE},
+        transfer_ratio={v: interval(lambda m, v: _transfer(m["ne"], v), v) for v in TRANSFER_VARIANTS
+                        if v in variants},
+        comparisons={comparison.key: comparison for comparison in comparisons},
+    )
 
 
 def bootstrap_intervals(
     requests: ScoredRequests, resamples: int = 1000, seed: int = 0, confidence: float = 0.95
-) -> dict:
+) -> BootstrapIntervals:
     """User-bootstrap intervals pooled over seeds (``pooled``) and for each seed (``per_seed``).
 
     One set of user draws serves every variant and seed (paired). Deterministic given ``seed``.
@@ -294,15 +412,16 @@ def bootstrap_intervals(
     def mean_over_seeds(per_seed: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
         return {m: {v: np.mean([s[m][v] for s in per_seed], axis=0) for v in variants} for m in ("ne", "auc")}
 
-    return {
-        "resamples": resamples,
-        "confidence": confidence,
-        "n_requests": int(codes.size),
-        "n_users": n_users,
-        "n_seeds": len(requests.predictions),
-        "pooled": _summarise(mean_over_seeds(per_seed_estimate), mean_over_seeds(per_seed_replicates), confidence),
-        "per_seed": [_summarise(e, r, confidence) for e, r in zip(per_seed_estimate, per_seed_replicates, strict=True)],
-    }
+    return BootstrapIntervals(
+        resamples=resamples,
+        confidence=confidence,
+        n_requests=int(codes.size),
+        n_users=n_users,
+        n_seeds=len(requests.predictions),
+        pooled=_summarise(mean_over_seeds(per_seed_estimate), mean_over_seeds(per_seed_replicates), confidence),
+        per_seed=tuple(_summarise(e, r, confidence)
+                       for e, r in zip(per_seed_estimate, per_seed_replicates, strict=True)),
+    )
 
 
 def cluster_interval(

@@ -9,13 +9,21 @@ is summarised, so each rule can be unit-tested on small arrays:
 * :func:`served_up_to_tier` - the coverage ablation: keep the resolved FM embedding only when
   its tier is within the allowed ones (tiers are a fallback chain in code order, so "tiers 1-2"
   means answers of tier 3 and beyond become "nothing served");
+* :func:`permuted_within_tier` - the placebo's input: served vectors shuffled among the rows of
+  the same tier (same inputs' distribution, no pair information);
+* :meth:`EvaluationWindow.serving_tick_times` - the oracle's query times (the serving tick);
 * :func:`variant_metrics` / :func:`aggregate_seeds` - per-variant metrics, transfer ratios and
-  mean ± std over seeds.
+  mean ± std over seeds, as the typed results :class:`SeedResult` / :class:`SeedAggregate`.
 
-Variants (docs/architecture.md §8): ``fm`` (upper bound), ``vm_baseline``, ``vm_distilled``,
-``solaris_none`` (the VM+SOLARIS model fed nothing: the control), ``solaris_tier1``,
-``solaris_tiers1-2`` ... ``solaris_tiers1-6`` (the same model fed with tiers up to k of
-:mod:`solaris.tiers`; the last one is "all tiers", :data:`SOLARIS_ALL`), ``solaris_distilled`` (all tiers).
+Variants (docs/evaluation.md): ``fm`` (upper bound); ``vm_baseline_pretrained`` and
+``vm_distilled_pretrained`` (the VMs trained up to the cutoff, not fine-tuned); ``vm_baseline``,
+``vm_distilled`` (the same, fine-tuned on the tail); then VM+SOLARIS models, each fine-tuned on
+the tail with the input it is scored with: ``solaris_none`` (the control: "nothing served" on every
+row), ``solaris_placebo`` (served vectors permuted within each tier), ``solaris_oracle`` (the
+serving FM's exact pair embedding for every request, at its serving tick: the ceiling); and the
+model fine-tuned on what serving returned, scored fed tiers up to k of :mod:`solaris.tiers`
+(``solaris_tier1``, ``solaris_tiers1-2`` ... ``solaris_tiers1-6``, the last one "all tiers",
+:data:`SOLARIS_ALL`); ``solaris_distilled`` (all tiers, soft labels).
 """
 
 from __future__ import annotations
@@ -23,9 +31,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Generic, Iterable, Mapping, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -52,17 +60,35 @@ def cumulative_key(max_tier: int) -> str:
 ALL_TIERS = SERVING_ORDER[-1]
 SOLARIS_ALL = ablation_variant(ALL_TIERS)  # VM+SOLARIS fed every tier: the variant the verdict is about
 ABLATION = tuple(ablation_variant(tier) for tier in SERVING_ORDER)
-# Control: the same VM+SOLARIS model fed nothing (zero vector, tier 0 on every request). Why: the
-# SOLARIS model is fine-tuned with an extra input, which changes its other weights too; what the
-# served values themselves add is a variant fed tiers 1..k minus this one, not minus the baseline.
+# Control: a VM+SOLARIS model fine-tuned and scored with "nothing served" (zero vector, tier 0) on
+# every row. Why: the SOLARIS model is fine-tuned with an extra input, which changes its other weights
+# too; what the served values add is a variant fed tiers 1..k minus this one, not minus the baseline.
+# It is trained on what it is scored on (a model fed zeros only when scored would see inputs it never
+# trained on: tier 0 is a small share of the served tail).
 SOLARIS_NONE = "solaris_none"
-VARIANTS = ("fm", "vm_baseline", "vm_distilled", SOLARIS_NONE, *ABLATION, "solaris_distilled")
-# variant -> highest tier of served FM embedding it receives (0: none)
+# Placebo: the same design trained and scored with the served vectors permuted within each tier: the
+# inputs' distribution of SOLARIS, without the pair information. SOLARIS minus placebo is what the
+# values themselves carry.
+SOLARIS_PLACEBO = "solaris_placebo"
+# Oracle: every request served the serving FM's exact pair embedding, computed with the history as of
+# the request's serving tick (tier 1 on 100 % of the rows): what SOLARIS could transfer at all here.
+SOLARIS_ORACLE = "solaris_oracle"
+# the VMs of step 1 (trained up to the cutoff) scored without their fine-tune on the tail
+PRETRAINED = {"vm_baseline": "vm_baseline_pretrained", "vm_distilled": "vm_distilled_pretrained"}
+VARIANTS = (
+    "fm", PRETRAINED["vm_baseline"], "vm_baseline", PRETRAINED["vm_distilled"], "vm_distilled",
+    SOLARIS_NONE, SOLARIS_PLACEBO, *ABLATION, "solaris_distilled", SOLARIS_ORACLE,
+)
+# variant fed what serving returned -> highest tier of served FM embedding it receives (0: none)
 SOLARIS_MAX_TIER = {
     SOLARIS_NONE: 0, **{ablation_variant(tier): tier for tier in SERVING_ORDER}, "solaris_distilled": ALL_TIERS,
 }
 TRANSFER_VARIANTS = tuple(v for v in VARIANTS if v not in ("fm", "vm_baseline"))
 METRIC_KEYS = ("log_loss", "ne", "auc", "calibration", "transfer_ratio")
+# Part of every seed result's fingerprint: a result.json of an older protocol or format is recomputed
+SEED_RESULT_VERSION = 2
+# The evaluation trains and fine-tunes its VMs on one thread: the same seed gives bit-identical VMs
+VM_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -109,6 +135,19 @@ class EvaluationWindow:
         index = np.ceil((ts - start) / step).astype(np.int64) - 1
         n_ticks = len(self.ticks())
         return np.where((ts > start) & (ts <= self.end.timestamp()) & (index < n_ticks), index, -1)
+
+    def serving_tick_times(self, ts_seconds: ArrayLike) -> np.ndarray:
+        """Epoch seconds of the tick whose snapshot serves each request: the oracle's query times.
+
+        Features queried at these times (histories strictly before the tick) hold nothing the
+        snapshot could not have held, and nothing of the request itself, which comes after its
+        tick. A request no tick serves (outside the window) is an error, not a silent default.
+        """
+        index = self.serving_tick(ts_seconds)
+        if np.any(index < 0):
+            raise ValueError(f"{int((index < 0).sum())} requests are outside the window's ticks")
+        ticks = np.array([tick.timestamp() for tick in self.ticks()], dtype=np.float64)
+        return ticks[index].astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -231,6 +270,21 @@ def served_up_to_tier(vectors: np.ndarray, tiers: np.ndarray, max_tier: int) -> 
     return np.where(keep[:, None], vectors, 0.0).astype(np.float32), np.where(keep, tiers, 0)
 
 
+def permuted_within_tier(vectors: np.ndarray, tiers: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The placebo's input: each row gets the vector of a random row *of the same tier*.
+
+    Every tier keeps its multiset of vectors and every row its tier, so a model sees the same
+    marginal distribution of inputs as SOLARIS (how many requests each tier serves, what its
+    vectors look like) but a vector that belongs to another request's pair. Pure and seeded.
+    """
+    tiers = np.asarray(tiers, dtype=np.int64)
+    out = np.array(vectors, dtype=np.float32, copy=True)
+    for tier in np.unique(tiers):
+        rows = np.flatnonzero(tiers == tier)
+        out[rows] = vectors[rng.permutation(rows)]
+    return out
+
+
 def coverage_by_tier(tiers: np.ndarray) -> dict[str, float]:
     """Share of requests served by each tier, and cumulatively (tier 1, tiers 1-2, ..., all tiers).
 
@@ -254,16 +308,43 @@ def _ratio(ne_vm: float, ne_x: float, ne_fm: float) -> float:
     return metrics.transfer_ratio(ne_vm, ne_x, ne_fm)
 
 
-def variant_metrics(labels: np.ndarray, predictions: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+@dataclass(frozen=True)
+class VariantMetrics:
+    """One variant's metrics on one seed's scored requests (``result.json``: ``variants.<name>``)."""
+
+    log_loss: float
+    ne: float
+    auc: float
+    calibration: float
+    n: float
+    transfer_ratio: float  # NaN when the FM is not better than the VM baseline
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VariantMetrics:
+        return cls(**{f.name: _float(data.get(f.name)) for f in fields(cls)})
+
+
+def _float(value: Any) -> float:
+    """JSON null (how NaN is written) back to NaN."""
+    return float("nan") if value is None else float(value)
+
+
+def variant_metrics(labels: np.ndarray, predictions: Mapping[str, np.ndarray]) -> dict[str, VariantMetrics]:
     """Metrics of every variant on the same requests, with its transfer ratio vs VM and FM."""
     missing = [v for v in VARIANTS if v not in predictions]
     if missing:
         raise ValueError(f"predictions missing for {missing}")
-    out = {name: metrics.summary(labels, predictions[name]) for name in VARIANTS}
-    ne_vm, ne_fm = out["vm_baseline"]["ne"], out["fm"]["ne"]
-    for name in VARIANTS:
-        out[name]["transfer_ratio"] = _ratio(ne_vm, out[name]["ne"], ne_fm)
-    return out
+    summaries = {name: metrics.summary(labels, predictions[name]) for name in VARIANTS}
+    ne_vm, ne_fm = summaries["vm_baseline"]["ne"], summaries["fm"]["ne"]
+    return {
+        name: VariantMetrics(log_loss=float(row["log_loss"]), ne=float(row["ne"]), auc=float(row["auc"]),
+                             calibration=float(row["calibration"]), n=float(row["n"]),
+                             transfer_ratio=_ratio(ne_vm, row["ne"], ne_fm))
+        for name, row in summaries.items()
+    }
 
 
 def fm_passes_per_request(pairs_scored: int, users_represented: int, requests: int) -> float:
@@ -271,32 +352,148 @@ def fm_passes_per_request(pairs_scored: int, users_represented: int, requests: i
     return float((pairs_scored + users_represented) / requests) if requests else float("nan")
 
 
-def mean_std(values: Iterable[float | None]) -> dict[str, float | None]:
+@dataclass(frozen=True)
+class MeanStd:
+    """Mean and (population) std over seeds (and windows); ``None`` when no seed had a value."""
+
+    mean: float | None
+    std: float | None
+    n: int
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+
+def mean_std(values: Iterable[float | None]) -> MeanStd:
     """Mean and (population) std over seeds, ignoring NaN; ``None`` when no seed had a value."""
     array = np.asarray([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))],
                        dtype=np.float64)
     if array.size == 0:
-        return {"mean": None, "std": None, "n": 0}
-    return {"mean": float(array.mean()), "std": float(array.std()), "n": int(array.size)}
+        return MeanStd(None, None, 0)
+    return MeanStd(float(array.mean()), float(array.std()), int(array.size))
 
 
-def aggregate_seeds(seed_results: list[dict]) -> dict:
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Cost(Generic[T]):
+    """What a seed cost: FM passes in the scored window and seconds per step (``Cost[float]``), or
+    their mean ± std over seeds (``Cost[MeanStd]``)."""
+
+    fm_pairs_scored: T
+    fm_users_represented: T
+    fm_passes_per_request: T
+    train_models_s: T
+    replay_s: T
+    resolve_s: T
+    finetune_vms_s: T
+    score_requests_s: T
+    seed_wall_s: T
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> Cost[float]:
+        return Cost(**{f.name: _float(data.get(f.name)) for f in fields(Cost)})
+
+
+def _plain(value: Any) -> Any:
+    """A result field as JSON-plain data: typed parts through their ``to_dict``."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    """One seed of one window (``<T0>/seed-<n>/result.json``, ``metrics.json``'s ``per_seed``).
+
+    ``coverage`` / ``tail_coverage``: share of the scored / tail requests per tier and cumulatively
+    (:func:`coverage_by_tier`); ``per_tick``: one row per replay tick (requests, coverage, hit
+    rates); ``models``: checkpoint ``versions`` and the roles ``reused``; ``replay``: its seed and
+    ticks; ``requests``: tail, scored, scored users, base rate.
+    """
+
+    seed: int
+    t0: str
+    variants: Mapping[str, VariantMetrics]
+    coverage: Mapping[str, float]
+    tail_coverage: Mapping[str, float]
+    per_tick: tuple[Mapping[str, Any], ...]
+    cost: Cost[float]
+    models: Mapping[str, Any]
+    replay: Mapping[str, Any]
+    requests: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SeedResult:
+        return cls(
+            seed=int(data["seed"]), t0=str(data["t0"]),
+            variants={name: VariantMetrics.from_dict(row) for name, row in data["variants"].items()},
+            coverage=dict(data["coverage"]), tail_coverage=dict(data["tail_coverage"]),
+            per_tick=tuple(dict(row) for row in data["per_tick"]), cost=Cost.from_dict(data["cost"]),
+            models=dict(data["models"]), replay=dict(data["replay"]), requests=dict(data["requests"]),
+        )
+
+    def with_wall_time(self, seconds: float) -> SeedResult:
+        return replace(self, cost=replace(self.cost, seed_wall_s=seconds))
+
+
+@dataclass(frozen=True)
+class VariantSummary:
+    """One variant over seeds (and windows): mean ± std of each metric, and the transfer ratio of
+    the mean NEs (robust when one seed's FM-VM gap is tiny)."""
+
+    log_loss: MeanStd
+    ne: MeanStd
+    auc: MeanStd
+    calibration: MeanStd
+    transfer_ratio: MeanStd
+    transfer_ratio_pooled: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class SeedAggregate:
+    """Mean ± std over seeds of every variant metric, coverage share and cost figure."""
+
+    variants: Mapping[str, VariantSummary]
+    coverage: Mapping[str, MeanStd]
+    cost: Cost[MeanStd]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+
+def aggregate_seeds(seed_results: list[SeedResult]) -> SeedAggregate:
     """Mean ± std over seeds of every variant metric, coverage share and cost figure."""
     if not seed_results:
         raise ValueError("no seed results to aggregate")
-    out: dict = {"variants": {}, "coverage": {}, "cost": {}}
-    for name in VARIANTS:
-        out["variants"][name] = {
-            key: mean_std([r["variants"][name].get(key) for r in seed_results]) for key in METRIC_KEYS
-        }
+    spread = {
+        name: {key: mean_std([getattr(r.variants[name], key) for r in seed_results]) for key in METRIC_KEYS}
+        for name in VARIANTS
+    }
+    variants = {}
     for name in VARIANTS:  # ratio of the mean NEs: robust when one seed's FM-VM gap is tiny
-        ne = {v: out["variants"][v]["ne"]["mean"] for v in (name, "vm_baseline", "fm")}
-        out["variants"][name]["transfer_ratio_pooled"] = _ratio(ne["vm_baseline"], ne[name], ne["fm"])
-    for key in seed_results[0]["coverage"]:
-        out["coverage"][key] = mean_std([r["coverage"][key] for r in seed_results])
-    for key in seed_results[0]["cost"]:
-        out["cost"][key] = mean_std([r["cost"][key] for r in seed_results])
-    return out
+        vm, mine, fm = (spread[v]["ne"].mean for v in ("vm_baseline", name, "fm"))
+        pooled = _ratio(vm, mine, fm) if vm is not None and mine is not None and fm is not None else float("nan")
+        variants[name] = VariantSummary(**spread[name], transfer_ratio_pooled=pooled)
+    return SeedAggregate(
+        variants=variants,
+        coverage={key: mean_std([r.coverage.get(key) for r in seed_results]) for key in seed_results[0].coverage},
+        cost=Cost(**{f.name: mean_std([getattr(r.cost, f.name) for r in seed_results]) for f in fields(Cost)}),
+    )
 
 
 # Settings each cached step depends on, as dotted paths into the config. A step is reused only
@@ -317,7 +514,7 @@ STEP_SETTINGS: dict[str, tuple[str, ...]] = {
                "evaluation.tail_hours", "evaluation.eval_hours", "evaluation.step_hours"),
     # a seed's result: everything above plus how the variants are fine-tuned and scored
     "seed": ("model", "precompute", "enrichment", "tables", "evaluation.tail_hours", "evaluation.eval_hours",
-             "evaluation.step_hours", "evaluation.finetune_batch_size"),
+             "evaluation.step_hours", "evaluation.finetune_batch_size", "evaluation.finetune_learning_rate"),
 }
 
 

@@ -1,7 +1,9 @@
 """The evaluation's outputs: ``metrics.json``, a Markdown report and PNG plots (matplotlib, Agg).
 
-Pure presentation of the summary ``jobs/evaluate`` builds (no Spark, no torch): everything a
-reader needs is in the report and the plots' titles and axes, the JSON is for machines.
+Pure presentation of the :class:`EvaluationSummary` ``jobs/evaluate`` builds (no Spark, no torch):
+everything a reader needs is in the report and the plots' titles and axes, the JSON is for machines.
+The summary is typed (frozen dataclasses of :mod:`solaris.evaluation.protocol` and
+:mod:`solaris.evaluation.bootstrap`); ``metrics.json`` is its ``to_dict``.
 """
 
 from __future__ import annotations
@@ -9,18 +11,28 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+from solaris.evaluation.bootstrap import BootstrapIntervals, Comparison, Interval
 from solaris.evaluation.protocol import (
     ABLATION,
+    PRETRAINED,
     SOLARIS_ALL,
     SOLARIS_MAX_TIER,
     SOLARIS_NONE,
+    SOLARIS_ORACLE,
+    SOLARIS_PLACEBO,
     TRANSFER_VARIANTS,
     VARIANTS,
+    Cost,
+    MeanStd,
+    SeedAggregate,
+    SeedResult,
+    VariantSummary,
     cumulative_key,
 )
 from solaris.tiers import SERVING_ORDER, TIER_NAMES
@@ -29,213 +41,305 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from solaris.config import EvaluationConfig
+
+
 def tiers_label(max_tier: int) -> str:
     """"tier 1" or "tiers 1-k": how the report names the tiers up to ``max_tier``."""
     return "tier 1" if max_tier == 1 else f"tiers 1-{max_tier}"
 
 
 LABELS = {
-    "fm": "FM (upper bound)", "vm_baseline": "VM baseline", "vm_distilled": "VM distilled",
-    SOLARIS_NONE: "VM+SOLARIS fed nothing (control)",
-    **{name: f"VM+SOLARIS {tiers_label(SOLARIS_MAX_TIER[name])}"
-       for name in ABLATION},
+    "fm": "FM (upper bound)",
+    PRETRAINED["vm_baseline"]: "VM baseline, not fine-tuned", "vm_baseline": "VM baseline",
+    PRETRAINED["vm_distilled"]: "VM distilled, not fine-tuned", "vm_distilled": "VM distilled",
+    SOLARIS_NONE: "VM+SOLARIS control (nothing served)",
+    SOLARIS_PLACEBO: "VM+SOLARIS placebo (served values permuted within tier)",
+    **{name: f"VM+SOLARIS {tiers_label(SOLARIS_MAX_TIER[name])}" for name in ABLATION},
     "solaris_distilled": f"VM+SOLARIS+distilled (1-{SOLARIS_MAX_TIER['solaris_distilled']})",
+    SOLARIS_ORACLE: "VM+SOLARIS oracle (exact pair for every request)",
 }
 COVERAGE_OF = {name: cumulative_key(SOLARIS_MAX_TIER[name]) for name in ABLATION}
 ALL_LABEL = f"SOLARIS 1-{SERVING_ORDER[-1]}"
 
 
-def _pm(cell: dict, digits: int = 4, percent: bool = False) -> str:
-    if cell is None or cell.get("mean") is None:
+@dataclass(frozen=True)
+class WindowSummary:
+    """One window of the evaluation: its split and what its scored part holds."""
+
+    t0: str
+    fm_cutoff: str
+    end: str
+    requests: int
+    users: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"t0": self.t0, "fm_cutoff": self.fm_cutoff, "end": self.end, "requests": self.requests,
+                "users": self.users}
+
+
+@dataclass(frozen=True)
+class EvaluationSummary:
+    """Everything an evaluation found (``metrics.json`` is :meth:`to_dict`, same keys as before).
+
+    ``variants`` / ``coverage`` / ``cost``: mean ± std over every seed of every window
+    (:func:`solaris.evaluation.protocol.aggregate_seeds`); ``intervals``: the user bootstrap;
+    ``per_seed``: each seed's result, windows one after the other.
+    """
+
+    output: str
+    t0: tuple[str, ...]
+    windows: tuple[WindowSummary, ...]
+    scored_requests: int
+    scored_users: int
+    settings: EvaluationConfig
+    warehouse: str
+    seeds: tuple[int, ...]
+    variants: Mapping[str, VariantSummary]
+    coverage: Mapping[str, MeanStd]
+    cost: Cost[MeanStd]
+    intervals: BootstrapIntervals
+    per_seed: tuple[SeedResult, ...]
+    wall_s: float
+
+    @classmethod
+    def of(cls, aggregate: SeedAggregate, **parts: Any) -> EvaluationSummary:
+        return cls(variants=aggregate.variants, coverage=aggregate.coverage, cost=aggregate.cost, **parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "output": self.output, "t0": list(self.t0), "windows": [w.to_dict() for w in self.windows],
+            "requests": {"scored": self.scored_requests, "users": self.scored_users},
+            "settings": self.settings.model_dump(mode="json"), "warehouse": self.warehouse, "seeds": list(self.seeds),
+            "variants": {name: row.to_dict() for name, row in self.variants.items()},
+            "coverage": {key: cell.to_dict() for key, cell in self.coverage.items()},
+            "cost": self.cost.to_dict(), "intervals": self.intervals.to_dict(),
+            "per_seed": [result.to_dict() for result in self.per_seed], "wall_s": self.wall_s,
+        }
+
+
+def _pm(cell: MeanStd | None, digits: int = 4, percent: bool = False) -> str:
+    if cell is None or cell.mean is None or cell.std is None:
         return "n/a"
     scale = 100.0 if percent else 1.0
     unit = "%" if percent else ""
-    return f"{scale * cell['mean']:.{digits}f}{unit} ± {scale * cell['std']:.{digits}f}{unit}"
+    return f"{scale * cell.mean:.{digits}f}{unit} ± {scale * cell.std:.{digits}f}{unit}"
 
 
 def _signed(value: float | None, digits: int) -> str:
     return "n/a" if value is None else f"{value:+.{digits}f}".replace("-", "\u2212")
 
 
-def interval_text(cell: dict | None, digits: int = 3, signed: bool = True) -> str:
-    """``estimate [low, high]`` of an interval dict; unbounded intervals are said to be."""
-    if not cell or cell.get("estimate") is None:
+def interval_text(cell: Interval | None, digits: int = 3, signed: bool = True) -> str:
+    """``estimate [low, high]`` of an interval; unbounded intervals are said to be."""
+    if cell is None or cell.estimate is None:
         return "n/a"
     show = (lambda v: _signed(v, digits)) if signed else (lambda v: "n/a" if v is None else f"{v:.{digits}f}")
-    if cell.get("low") is None or cell.get("high") is None:
-        return f"{show(cell['estimate'])} [unbounded: undefined in {100 * cell['undefined_share']:.0f} % of resamples]"
-    return f"{show(cell['estimate'])} [{show(cell['low'])}, {show(cell['high'])}]"
+    if cell.low is None or cell.high is None:
+        return f"{show(cell.estimate)} [unbounded: undefined in {100 * cell.undefined_share:.0f} % of resamples]"
+    return f"{show(cell.estimate)} [{show(cell.low)}, {show(cell.high)}]"
 
 
-def _verdict(cell: dict | None, ahead: str, behind: str) -> str:
-    if not cell or cell.get("estimate") is None:
+def _verdict(cell: Interval | None, above: str, below: str) -> str:
+    """What an interval of a difference says: ``above`` when it lies above 0, ``below`` under it."""
+    if cell is None or cell.estimate is None:
         return "undefined on these data."
-    if cell.get("low") is None or cell.get("high") is None:
+    if cell.low is None or cell.high is None:
         return "the interval is unbounded: no conclusion."
-    if cell["low"] <= 0 <= cell["high"]:
+    if cell.low <= 0 <= cell.high:
         return "the interval includes 0: no difference shown."
-    return (ahead if cell["low"] > 0 else behind) + "."
+    return (above if cell.low > 0 else below) + "."
 
 
-def verdict_lines(intervals: dict) -> list[str]:
+def comparison_line(comparison: Comparison, level: str) -> str:
+    """ΔNE (decides: lower NE is better) and ΔTR of a paired comparison, with their intervals."""
+    a, b = LABELS[comparison.variant], LABELS[comparison.reference]
+    return (f"- {a} vs {b}: \u0394NE = {interval_text(comparison.ne_difference, 4)}, "
+            f"\u0394TR = {interval_text(comparison.transfer_ratio_difference)} {level} \u2014 "
+            + _verdict(comparison.ne_difference, f"{a} is worse (higher NE)", f"{a} is better (lower NE)"))
+
+
+def verdict_lines(intervals: BootstrapIntervals) -> list[str]:
     """One line per comparison, generated from the pooled user-bootstrap intervals."""
-    pooled = intervals["pooled"]
-    level = f"({100 * intervals['confidence']:g} %, users resampled)"
+    pooled = intervals.pooled
+    level = f"({100 * intervals.confidence:g} %, users resampled)"
     lines = [
-        f"- FM vs VM baseline: \u0394NE = NE_VM \u2212 NE_FM = {interval_text(pooled['fm_vm_gap'], 4)} {level} \u2014 "
-        + _verdict(pooled["fm_vm_gap"], "the FM is better, so there is a gain to transfer",
+        f"- FM vs VM baseline: \u0394NE = NE_VM \u2212 NE_FM = {interval_text(pooled.fm_vm_gap, 4)} {level} \u2014 "
+        + _verdict(pooled.fm_vm_gap, "the FM is better, so there is a gain to transfer",
                    "the VM is better: no gain to transfer, transfer ratios are meaningless")
     ]
     for name in TRANSFER_VARIANTS:
-        if name in pooled["transfer_ratio"] and name != "fm":
-            cell = pooled["transfer_ratio"][name]
+        if name in pooled.transfer_ratio:
+            cell = pooled.transfer_ratio[name]
             lines.append(f"- {LABELS[name]} vs VM baseline: TR = {interval_text(cell)} {level} \u2014 "
                          + _verdict(cell, "it transfers part of the FM's gain", "it is worse than the VM baseline"))
-    for comparison in pooled["comparisons"].values():
-        a, b = LABELS[comparison["variant"]], LABELS[comparison["reference"]]
-        cell = comparison["transfer_ratio_difference"]
-        lines.append(f"- {a} vs {b}: \u0394TR = {interval_text(cell)} {level} \u2014 "
-                     + _verdict(cell, f"{a} transfers more", f"{a} transfers less"))
+    lines += [comparison_line(comparison, level) for comparison in pooled.comparisons.values()]
     return lines
 
 
-def _seeding(settings: dict, seeds: list) -> str:
+def _seeding(settings: EvaluationConfig, seeds: tuple[int, ...]) -> str:
     """What a seed varies: with a shared replay only the VMs, otherwise every model and the replay."""
-    if settings.get("share_replay", False):
+    if settings.share_replay:
         return (f"one serving FM, verifier, teacher and replay per window (seed {seeds[0]}); every seed trains and "
                 "fine-tunes its own VMs on the same served tail")
     return "every seed retrains every model and replays"
 
 
-def render_markdown(summary: dict, plots: list[str]) -> str:
-    settings = summary["settings"]
-    seeds = summary["seeds"]
-    intervals = summary["intervals"]
-    pooled = intervals["pooled"]
-    windows = summary["windows"]
+def _setup_lines(summary: EvaluationSummary) -> list[str]:
+    settings, seeds = summary.settings, summary.seeds
     lines = [
-        "# SOLARIS knowledge-transfer evaluation",
-        "",
-        f"## Verdict ({intervals['n_requests']:,} scored requests from {intervals['n_users']:,} distinct users, "
-        f"{len(windows)} window(s), {len(seeds)} seed(s); {intervals['resamples']} user resamples)",
-        "",
-        *verdict_lines(intervals),
-        "",
-        "Intervals: percentile bootstrap over users (all of a drawn user's requests kept; one draw applied to "
-        "every variant and seed, so differences are paired); statistics are averaged over seeds, on the "
-        "requests of every window together. TR = (NE_VM \u2212 NE_variant) / (NE_VM \u2212 NE_FM).",
-        "",
-        "## Set-up",
-        "",
+        f"- Window T0 = {w.t0}: serving FM and verifier trained on events up to {w.fm_cutoff}; "
+        f"{w.requests:,} scored requests from {w.users:,} users in (T0, {w.end}]."
+        for w in summary.windows
     ]
-    for window in windows:
-        lines.append(
-            f"- Window T0 = {window['t0']}: serving FM and verifier trained on events up to {window['fm_cutoff']}; "
-            f"{window['requests']:,} scored requests from {window['users']:,} users in (T0, {window['end']}]."
-        )
-    lines += [
-        f"- Replay every {settings['step_hours']:g} h from the cutoff to the window's end (tail "
-        f"{settings['tail_hours']:g} h fine-tunes the VM variants, then {settings['eval_hours']:g} h scored).",
+    return [
+        *lines,
+        f"- Replay every {settings.step_hours:g} h from the cutoff to the window's end (tail "
+        f"{settings.tail_hours:g} h fine-tunes the VM variants, then {settings.eval_hours:g} h scored).",
         f"- Seeds: {', '.join(map(str, seeds))} ({_seeding(settings, seeds)}).",
+        f"- Fine-tune: every VM variant on the same tail requests, batch {settings.finetune_batch_size}, learning "
+        f"rate {settings.finetune_learning_rate:g}, one thread; the warm start is kept when no epoch beats it on "
+        "validation NE. Only the input differs between the VM+SOLARIS variants: what serving returned, nothing "
+        "(control), the served values permuted within each tier (placebo), the exact pair for every request "
+        "(oracle); each is trained on the input it is scored with.",
         "- Every feature is point-in-time: histories strictly before the request; FM embeddings from the snapshot "
-        "published at the last tick before it (older than the request, TTL enforced by the resolver).",
-        "",
-        "## Quality per variant",
-        "",
+        "published at the last tick before it (older than the request, TTL enforced by the resolver); the "
+        "oracle's from the history strictly before that tick.",
+    ]
+
+
+def _variant_rows(summary: EvaluationSummary) -> list[str]:
+    pooled = summary.intervals.pooled
+    n_results = len(summary.per_seed)
+    lines = [
         "| variant | NE [95 %] | AUC [95 %] | calibration | transfer ratio [95 %] | TR per seed (mean \u00b1 std) |",
         "|---|---|---|---|---|---|",
     ]
     for name in VARIANTS:
-        row = summary["variants"][name]
+        row = summary.variants[name]
         ratio, per_seed = "-", "-"
         if name in TRANSFER_VARIANTS:
-            ratio = interval_text(pooled["transfer_ratio"].get(name))
-            per_seed = _pm(row["transfer_ratio"], 3)
-            if row["transfer_ratio"]["n"] < len(summary["per_seed"]):
-                per_seed += f" ({row['transfer_ratio']['n']} of {len(summary['per_seed'])})"
+            ratio = interval_text(pooled.transfer_ratio.get(name))
+            per_seed = _pm(row.transfer_ratio, 3)
+            if row.transfer_ratio.n < n_results:
+                per_seed += f" ({row.transfer_ratio.n} of {n_results})"
         lines.append(
-            f"| {LABELS[name]} | {interval_text(pooled['ne'][name], 4, signed=False)} | "
-            f"{interval_text(pooled['auc'][name], 4, signed=False)} | {_pm(row['calibration'], 3)} | {ratio} | "
+            f"| {LABELS[name]} | {interval_text(pooled.ne.get(name), 4, signed=False)} | "
+            f"{interval_text(pooled.auc.get(name), 4, signed=False)} | {_pm(row.calibration, 3)} | {ratio} | "
             f"{per_seed} |"
         )
-    lines += [
-        "",
+    return lines
+
+
+def _comparison_rows(summary: EvaluationSummary) -> list[str]:
+    pooled = summary.intervals.pooled
+    lines = [
         "| comparison | \u0394NE (variant \u2212 reference) [95 %] | \u0394TR [95 %] |",
         "|---|---|---|",
+        *(f"| {LABELS[name]} vs VM baseline | {interval_text(cell, 4)} | - |"
+          for name, cell in pooled.ne_vs_baseline.items()),
+        *(f"| {LABELS[c.variant]} vs {LABELS[c.reference]} | {interval_text(c.ne_difference, 4)} | "
+          f"{interval_text(c.transfer_ratio_difference)} |" for c in pooled.comparisons.values()),
     ]
-    for name, cell in pooled["ne_vs_baseline"].items():
-        lines.append(f"| {LABELS[name]} vs VM baseline | {interval_text(cell, 4)} | - |")
-    for comparison in pooled["comparisons"].values():
-        lines.append(
-            f"| {LABELS[comparison['variant']]} vs {LABELS[comparison['reference']]} | "
-            f"{interval_text(comparison['ne_difference'], 4)} | "
-            f"{interval_text(comparison['transfer_ratio_difference'])} |"
+    return lines
+
+
+def _split_lines(summary: EvaluationSummary) -> list[str]:
+    """Per seed and per window: the FM-VM gap and the all-tiers transfer ratio."""
+    intervals = summary.intervals
+    per_result = "; ".join(
+        f"seed {seed}: \u0394NE FM\u2013VM {interval_text(cell.fm_vm_gap, 4)}, TR {ALL_LABEL} "
+        f"{interval_text(cell.transfer_ratio.get(SOLARIS_ALL))}"
+        for seed, cell in zip(summary.seeds, intervals.per_seed, strict=True)
+    )
+    lines = ["Per seed (same resamples, one seed at a time, every window): " + per_result + ".", ""]
+    if intervals.per_window:
+        per_window = "; ".join(
+            f"T0 {t0}: \u0394NE FM\u2013VM {interval_text(cell.fm_vm_gap, 4)}, TR {ALL_LABEL} "
+            f"{interval_text(cell.transfer_ratio.get(SOLARIS_ALL))}, \u0394NE {ALL_LABEL} \u2212 VM distilled "
+            f"{interval_text(_difference(cell.comparisons, SOLARIS_ALL, 'vm_distilled'), 4)}"
+            for t0, cell in intervals.per_window.items()
         )
-    lines += [
-        "",
-        "Per seed (same resamples, one seed at a time): "
-        + "; ".join(
-            f"seed {seed}: \u0394NE FM\u2013VM {interval_text(cell['fm_vm_gap'], 4)}, TR {ALL_LABEL} "
-            f"{interval_text(cell['transfer_ratio'].get(SOLARIS_ALL))}"
-            for seed, cell in zip(seeds, intervals["per_seed"], strict=True)
-        )
-        + ".",
-        "",
-        *(
-            [
-                "Per window (pooled over seeds): "
-                + "; ".join(
-                    f"T0 {t0}: \u0394NE FM\u2013VM {interval_text(cell['fm_vm_gap'], 4)}, TR {ALL_LABEL} "
-                    f"{interval_text(cell['transfer_ratio'].get(SOLARIS_ALL))}"
-                    for t0, cell in intervals["per_window"].items()
-                )
-                + ".",
-                "",
-            ]
-            if intervals.get("per_window")
-            else []
-        ),
-        "Published: SOLARIS 42\u201344 %, distillation 20\u201325 % transfer.",
-        "",
+        lines += ["Per window (pooled over seeds): " + per_window + ".", ""]
+    return lines
+
+
+def _difference(comparisons: Mapping[str, Comparison], variant: str, reference: str) -> Interval | None:
+    comparison = comparisons.get(f"{variant}-vs-{reference}")
+    return None if comparison is None else comparison.ne_difference
+
+
+def _coverage_and_cost_lines(summary: EvaluationSummary) -> list[str]:
+    rows = [(f"tier{tier}", f"tier {tier} ({TIER_NAMES[tier]})") for tier in SERVING_ORDER]
+    rows.append(("none", "nothing"))
+    rows += [(cumulative_key(tier), f"cumulative: {tiers_label(tier)}") for tier in SERVING_ORDER]
+    cost = summary.cost
+    return [
         "## Coverage of the scored requests",
         "",
         "| served by | share |",
         "|---|---|",
-    ]
-    rows = [(f"tier{tier}", f"tier {tier} ({TIER_NAMES[tier]})") for tier in SERVING_ORDER]
-    rows.append(("none", "nothing"))
-    rows += [(cumulative_key(tier), f"cumulative: {tiers_label(tier)}") for tier in SERVING_ORDER]
-    for key, label in rows:
-        lines.append(f"| {label} | {_pm(summary['coverage'].get(key), 1, percent=True)} |")
-    cost = summary["cost"]
-    lines += [
+        *(f"| {label} | {_pm(summary.coverage.get(key), 1, percent=True)} |" for key, label in rows),
         "",
         "(published: ~40\u201350 % from direct precompute, ~90\u2013100 % with the hierarchy)",
         "",
         "## Cost",
         "",
         f"- FM forward passes spent per scored request (pairs precomputed + users represented for KNN, in the scored "
-        f"window): {_pm(cost.get('fm_passes_per_request'), 2)} \u2014 versus 1.0 for running the FM on every "
+        f"window): {_pm(cost.fm_passes_per_request, 2)} \u2014 versus 1.0 for running the FM on every "
         "request on the serving path, which the latency budget does not allow.",
-        f"- Wall time of the whole evaluation: {summary.get('wall_s', float('nan')):.0f} s. Per seed and window: "
-        f"{_pm(cost.get('seed_wall_s'), 0)} s (models {_pm(cost.get('train_models_s'), 0)} s, replay "
-        f"{_pm(cost.get('replay_s'), 0)} s, fine-tuning {_pm(cost.get('finetune_vms_s'), 0)} s)"
+        f"- Wall time of the whole evaluation: {summary.wall_s:.0f} s. Per seed and window: "
+        f"{_pm(cost.seed_wall_s, 0)} s (models {_pm(cost.train_models_s, 0)} s, replay "
+        f"{_pm(cost.replay_s, 0)} s, fine-tuning {_pm(cost.finetune_vms_s, 0)} s)"
         + ("; with a shared replay the first seed of a window pays its FM, teacher and replay, the others only "
-           "their VMs." if settings.get("share_replay", False) else "."),
+           "their VMs." if summary.settings.share_replay else "."),
+    ]
+
+
+def render_markdown(summary: EvaluationSummary, plots: list[str]) -> str:
+    intervals = summary.intervals
+    lines = [
+        "# SOLARIS knowledge-transfer evaluation",
+        "",
+        f"## Verdict ({intervals.n_requests:,} scored requests from {intervals.n_users:,} distinct users, "
+        f"{len(summary.windows)} window(s), {len(summary.seeds)} seed(s); {intervals.resamples} user resamples)",
+        "",
+        *verdict_lines(intervals),
+        "",
+        "Intervals: percentile bootstrap over users (all of a drawn user's requests kept; one draw applied to "
+        "every variant and seed, so differences are paired); statistics are averaged over seeds, on the "
+        "requests of every window together. TR = (NE_VM \u2212 NE_variant) / (NE_VM \u2212 NE_FM); "
+        "\u0394NE < 0: the variant is better.",
+        "",
+        "## Set-up",
+        "",
+        *_setup_lines(summary),
+        "",
+        "## Quality per variant",
+        "",
+        *_variant_rows(summary),
+        "",
+        *_comparison_rows(summary),
+        "",
+        *_split_lines(summary),
+        "Published: SOLARIS 42\u201344 %, distillation 20\u201325 % transfer.",
+        "",
+        *_coverage_and_cost_lines(summary),
         "",
         "## Plots",
         "",
+        *(f"![{Path(p).stem}]({Path(p).name})" for p in plots),
     ]
-    lines += [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
     return "\n".join(lines) + "\n"
 
 
-def _mean_series(summary: dict, key: str) -> tuple[list[str], np.ndarray]:
-    ticks = [row["tick"] for row in summary["per_seed"][0]["per_tick"]]
+def _mean_series(summary: EvaluationSummary, key: str) -> tuple[list[str], np.ndarray]:
+    """``key`` of every replay tick of the first window, mean over its seeds (other windows' ticks differ)."""
+    ticks = [row["tick"] for row in summary.per_seed[0].per_tick]
     values = []
-    for result in summary["per_seed"]:
+    for result in summary.per_seed:
         # an hour without requests has no coverage or hit rate (not 0 %): leave a gap in the line
-        series = {row["tick"]: row.get(key) if row.get("requests") else None for row in result["per_tick"]}
+        series = {row["tick"]: row.get(key) if row.get("requests") else None for row in result.per_tick}
         values.append([np.nan if (value := series.get(t)) is None else float(value) for t in ticks])
     with warnings.catch_warnings():  # a tick with no value in any seed stays NaN (a gap), no warning
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -254,7 +358,7 @@ def _finish(fig: Figure, ax: Axes, path: Path, title: str, ylabel: str) -> Path:
     return path
 
 
-def _time_series(ax: Axes, summary: dict, series: tuple[tuple[str, str], ...]) -> None:
+def _time_series(ax: Axes, summary: EvaluationSummary, series: tuple[tuple[str, str], ...]) -> None:
     """Percent lines over replay ticks (mean over seeds), ~12 tick labels on the x axis."""
     ticks: list[str] = []
     for key, label in series:
@@ -264,31 +368,34 @@ def _time_series(ax: Axes, summary: dict, series: tuple[tuple[str, str], ...]) -
     ax.set_xticks(range(len(ticks))[::every], [t[5:16] for t in ticks][::every], rotation=30, ha="right", fontsize=8)
 
 
-def _bars(cells: list[dict | None], scale: float) -> tuple[list[float], list[float], list[float]]:
-    """Estimates and asymmetric error lengths of interval dicts (0 where undefined or unbounded)."""
+def _bars(cells: list[Interval | None], scale: float) -> tuple[list[float], list[float], list[float]]:
+    """Estimates and asymmetric error lengths of intervals (0 where undefined or unbounded)."""
     estimates, low_err, high_err = [], [], []
     for cell in cells:
-        estimate = None if not cell else cell.get("estimate")
+        estimate = None if cell is None else cell.estimate
         estimates.append(0.0 if estimate is None else scale * estimate)
-        bounded = cell is not None and estimate is not None and cell.get("low") is not None
-        low_err.append(scale * (estimate - cell["low"]) if bounded and cell else 0.0)
-        high_err.append(scale * (cell["high"] - estimate) if bounded and cell else 0.0)
+        if cell is not None and estimate is not None and cell.low is not None and cell.high is not None:
+            low_err.append(scale * (estimate - cell.low))
+            high_err.append(scale * (cell.high - estimate))
+        else:
+            low_err.append(0.0)
+            high_err.append(0.0)
     return estimates, low_err, high_err
 
 
-def write_plots(out_dir: Path, summary: dict) -> list[Path]:
+def write_plots(out_dir: Path, summary: EvaluationSummary) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     paths = []
-    n_seeds = len(summary["seeds"])
+    n_seeds = len(summary.seeds)
 
-    pooled = summary["intervals"]["pooled"]
+    pooled = summary.intervals.pooled
     fig, ax = plt.subplots(figsize=(8, 4.5))
     names = list(TRANSFER_VARIANTS)
-    estimates, low_err, high_err = _bars([pooled["transfer_ratio"].get(n) for n in names], 100.0)
+    estimates, low_err, high_err = _bars([pooled.transfer_ratio.get(n) for n in names], 100.0)
     ax.bar(range(len(names)), estimates, yerr=[low_err, high_err], capsize=4, color="#4c72b0")
     ax.axhspan(42, 44, color="#55a868", alpha=0.3, label="published SOLARIS (42-44%)")
     ax.axhspan(20, 25, color="#c44e52", alpha=0.2, label="published distillation (20-25%)")
@@ -307,7 +414,7 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
     fig, ax = plt.subplots(figsize=(9, 4.5))
     _time_series(ax, summary, tuple((cumulative_key(tier), tiers_label(tier))
                                     for tier in SERVING_ORDER))
-    t0_index = next((i for i, row in enumerate(summary["per_seed"][0]["per_tick"]) if row["scored_window"]), None)
+    t0_index = next((i for i, row in enumerate(summary.per_seed[0].per_tick) if row["scored_window"]), None)
     if t0_index is not None:
         ax.axvline(t0_index - 0.5, color="grey", linestyle="--", label="T0 (scored window starts)")
     ax.set_ylim(0, 100)
@@ -334,21 +441,24 @@ def write_plots(out_dir: Path, summary: dict) -> list[Path]:
     )
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    xs = [0.0] + [100 * summary["coverage"][COVERAGE_OF[v]]["mean"] for v in COVERAGE_OF]
-    ys, low_err, high_err = _bars([pooled["ne"][v] for v in ("vm_baseline", *COVERAGE_OF)], 1.0)
+    xs = [0.0] + [100 * (summary.coverage[COVERAGE_OF[v]].mean or 0.0) for v in COVERAGE_OF]
+    ys, low_err, high_err = _bars([pooled.ne.get(v) for v in ("vm_baseline", *COVERAGE_OF)], 1.0)
     errs = [low_err, high_err]
     ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=4, label="VM baseline -> VM+SOLARIS tier 1, 1-2, 1-3")
-    for name, style in (("fm", "--"), ("vm_distilled", ":")):
-        ax.axhline(
-            pooled["ne"][name]["estimate"],
-            linestyle=style,
-            color="grey" if name == "fm" else "#c44e52",
-            label=LABELS[name],
-        )
+    for name, style, color in (("fm", "--", "grey"), ("vm_distilled", ":", "#c44e52"),
+                               (SOLARIS_ORACLE, "-.", "#55a868"), (SOLARIS_PLACEBO, ":", "#8172b2")):
+        estimate = pooled.ne[name].estimate if name in pooled.ne else None
+        if estimate is not None:
+            ax.axhline(estimate, linestyle=style, color=color, label=LABELS[name])
     ax.set_xlabel("coverage of scored requests (%)")
     paths.append(_finish(fig, ax, out_dir / "ne_vs_coverage.png", "NE vs coverage (95 % user-bootstrap intervals)",
                          "NE (lower is better)"))
     return paths
+
+
+def metrics_json(summary: EvaluationSummary) -> str:
+    """``metrics.json``: the summary as strict JSON (NaN written as null)."""
+    return json.dumps(_clean(summary.to_dict()), indent=2, default=str, allow_nan=False)
 
 
 def _clean(value: Any) -> Any:
@@ -364,14 +474,14 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def write_report(out_dir: Path, summary: dict) -> list[Path]:
+def write_report(out_dir: Path, summary: EvaluationSummary) -> list[Path]:
     """``metrics.json``, ``report.md`` and the plots; each file replaced atomically."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = write_plots(out_dir, summary)
     written = []
     for name, text in (
-        ("metrics.json", json.dumps(_clean(summary), indent=2, default=str, allow_nan=False)),
+        ("metrics.json", metrics_json(summary)),
         ("report.md", render_markdown(summary, [p.name for p in plots])),
     ):
         tmp = out_dir / f".{name}.tmp"

@@ -116,8 +116,15 @@ def fit(
     loss_fn: Callable[[torch.Tensor, torch.Tensor, dict], torch.Tensor] | None = None,
     name: str = "model",
     device: str | torch.device = "cpu",
+    keep_initial: bool = False,
 ) -> TrainResult:
-    """Mini-batch Adam with early stopping on NE of a time-based validation slice."""
+    """Mini-batch Adam with early stopping on NE of a time-based validation slice.
+
+    ``keep_initial``: the weights the model comes with are a candidate too (epoch 0, scored on the
+    validation slice before any step), kept when no epoch beats them. Why: a fine-tune of a
+    warm-started model must be able to return the warm start unchanged; without it the best model
+    can only be recorded after the first epoch, which may already have moved away from a better one.
+    """
     seed_everything(seed)
     torch.set_num_threads(training.threads)
     extras = extras or {}
@@ -135,6 +142,11 @@ def fit(
     history: list[dict[str, float]] = []
     valid_features = features.take(valid_rows)
     valid_extras = {k: v[valid_rows] for k, v in extras.items()}
+    if keep_initial:
+        scores = metrics.summary(labels[valid_rows], predict(model, valid_features, valid_extras, device=device))
+        history.append({"epoch": 0, "train_loss": float("nan"), **scores, "seconds": time.monotonic() - started})
+        best_ne, best_state = scores["ne"], copy.deepcopy(model.state_dict())
+        log.info("%s epoch 0 (initial weights): valid NE %.4f AUC %.4f", name, scores["ne"], scores["auc"])
     for epoch in range(1, training.max_epochs + 1):
         model.train()
         order = rng.permutation(train_rows)
@@ -316,11 +328,13 @@ def train_vm(
     features: Features | None = None,
     init_from: VerticalModel | None = None,
     training: TrainingConfig | None = None,
+    keep_initial: bool = False,
 ) -> TrainResult:
     """Train one VM variant; distilled variants need the FM's logits on the same examples.
 
     ``init_from`` warm-starts from a trained VM (:func:`warm_start_vm`), ``training`` replaces
-    ``config.model.training`` (e.g. a smaller batch for fine-tuning on a few hours of data).
+    ``config.model.training`` (e.g. a smaller batch for fine-tuning on a few hours of data),
+    ``keep_initial`` keeps the warm start when no epoch beats it on validation NE (:func:`fit`).
     """
     if variant not in VM_VARIANTS:
         raise ValueError(f"unknown VM variant {variant!r}; expected one of {VM_VARIANTS}")
@@ -362,6 +376,7 @@ def train_vm(
         extras,
         loss_fn,
         name=f"VM[{variant}]",
+        keep_initial=keep_initial,
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from solaris.evaluation.protocol import VARIANTS
 from solaris.ingest.sources import resolve_source
 from solaris.jobs.evaluate import QUICK_OVERRIDES
 from solaris.jobs.evaluate import run as evaluate
@@ -71,10 +72,18 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
                  "ne_vs_coverage.png"):
         assert (out / name).is_file(), name
     summary = json.loads((out / "metrics.json").read_text())
-    assert set(summary["variants"]) == {"fm", "vm_baseline", "vm_distilled", "solaris_none", "solaris_tier1",
-                                        "solaris_tiers1-2",
-                                        "solaris_tiers1-3", "solaris_tiers1-4", "solaris_tiers1-5",
-                                        "solaris_tiers1-6", "solaris_distilled"}
+    new = {"vm_baseline_pretrained", "vm_distilled_pretrained", "solaris_placebo", "solaris_oracle"}
+    assert set(summary["variants"]) == set(VARIANTS) == {
+        "fm", "vm_baseline", "vm_distilled", "solaris_none", "solaris_tier1", "solaris_tiers1-2", "solaris_tiers1-3",
+        "solaris_tiers1-4", "solaris_tiers1-5", "solaris_tiers1-6", "solaris_distilled", *new}
+    assert all(set(result["variants"]) == set(VARIANTS) for result in summary["per_seed"])
+    comparisons = summary["intervals"]["pooled"]["comparisons"]
+    for key in ("solaris_tiers1-6-vs-solaris_placebo", "solaris_tiers1-6-vs-solaris_none",
+                "solaris_oracle-vs-vm_distilled", "solaris_oracle-vs-solaris_placebo",
+                "vm_baseline-vs-vm_baseline_pretrained", "solaris_tiers1-6-vs-vm_distilled"):
+        variant, reference = key.split("-vs-")
+        assert comparisons[key]["variant"] == variant and comparisons[key]["reference"] == reference, key
+        assert comparisons[key]["ne_difference"]["estimate"] is not None, key
     assert summary["variants"]["fm"]["auc"]["mean"] > 0.55  # positive control: real labels carry signal
     coverage = summary["coverage"]
     cumulative = [coverage[key]["mean"] for key in ("tiers1", "tiers1-2", "tiers1-3", "tiers1-4", "tiers1-5",
@@ -93,7 +102,12 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
     assert summary["requests"]["scored"] == seed["requests"]["scored"] and summary["requests"]["users"] > 20
     pooled = summary["intervals"]["pooled"]
     assert pooled["ne"]["fm"]["low"] <= pooled["ne"]["fm"]["estimate"] <= pooled["ne"]["fm"]["high"]
-    assert "## Verdict" in (out / "report.md").read_text().split("## Set-up")[0]
+    verdict = (out / "report.md").read_text().split("## Set-up")[0]
+    assert "## Verdict" in verdict and "VM+SOLARIS tiers 1-6 vs VM distilled: \u0394NE = " in verdict
+    assert "VM+SOLARIS oracle (exact pair for every request) vs VM distilled: \u0394NE = " in verdict
+    with np.load(out / "20260103T120000Z" / "seed-42" / "scored.npz") as scored:
+        first_predictions = {name: scored[name] for name in scored.files}
+    assert first_predictions["served_tier"].shape == first_predictions["fm"].shape
 
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ})
     assert again.returncode == 0 and "already evaluated" in again.stderr  # a finished seed is kept, not redone
@@ -114,6 +128,11 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
     result = json.loads((out / "20260103T120000Z" / "seed-42" / "result.json").read_text())["result"]
     assert result["replay"]["ticks_run"] == 3 and set(result["models"]["reused"]) == {"fm", "verifier",
                                                                                        "vm_baseline", "vm_distilled"}
+    # the baseline VM's fine-tune does not read the served values: recomputed from the same warm start and
+    # seed on one thread, it is the same model bit for bit
+    with np.load(out / "20260103T120000Z" / "seed-42" / "scored.npz") as scored:
+        for name in ("vm_baseline_pretrained", "vm_baseline"):
+            np.testing.assert_array_equal(scored[name], first_predictions[name], err_msg=name)
 
 
 def test_the_evaluation_reads_the_events_without_spark_as_spark_would(spark, template, tmp_path):
@@ -164,7 +183,8 @@ def test_shuffled_labels_in_the_scored_window_give_chance_auc_for_every_variant(
     spark.createDataFrame(frame, schema=events.schema).write.format("delta").mode("overwrite").save(events_path)
 
     summary = evaluate(spark, config, T0)
-    n = summary["per_seed"][0]["requests"]["scored"]
+    n = summary.per_seed[0].requests["scored"]
     assert n > 300
-    for name, row in summary["variants"].items():
-        assert abs(row["auc"]["mean"] - 0.5) < 0.08, (name, row["auc"]["mean"], n)
+    assert set(summary.variants) == set(VARIANTS)  # the oracle and the placebo included
+    for name, row in summary.variants.items():
+        assert row.auc.mean is not None and abs(row.auc.mean - 0.5) < 0.08, (name, row.auc.mean, n)

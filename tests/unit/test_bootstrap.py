@@ -78,17 +78,18 @@ def _requests(rng: np.random.Generator, n_seeds: int = 2) -> bootstrap.ScoredReq
 
 def test_paired_resampling_keeps_the_same_users_for_both_variants():
     requests = _requests(np.random.default_rng(3))
-    out = bootstrap.bootstrap_intervals(requests, resamples=200, seed=1)["pooled"]
+    out = bootstrap.bootstrap_intervals(requests, resamples=200, seed=1).pooled
     # vm_distilled predicts exactly like vm_baseline: paired, every resample's difference is exactly 0
-    same = out["ne_vs_baseline"]["vm_distilled"]
-    assert same["low"] == same["high"] == same["estimate"] == 0.0
+    same = out.ne_vs_baseline["vm_distilled"]
+    assert same.low == same.high == same.estimate == 0.0
     # a variant with part of the FM's signal: its NE gain over the VM is clearly positive
-    assert out["ne_vs_baseline"][SOLARIS_ALL]["high"] < 0
-    assert out["fm_vm_gap"]["low"] > 0
-    ratio = out["transfer_ratio"][SOLARIS_ALL]
-    assert 0 < ratio["low"] <= ratio["estimate"] <= ratio["high"] < 1.5
-    comparison = out["comparisons"][f"{SOLARIS_ALL}-vs-vm_distilled"]["transfer_ratio_difference"]
-    assert comparison["low"] > 0  # SOLARIS-like variant transfers more than the (VM-like) distilled one
+    assert out.ne_vs_baseline[SOLARIS_ALL].high < 0
+    assert out.fm_vm_gap.low > 0
+    ratio = out.transfer_ratio[SOLARIS_ALL]
+    assert 0 < ratio.low <= ratio.estimate <= ratio.high < 1.5
+    comparison = out.comparisons[f"{SOLARIS_ALL}-vs-vm_distilled"]
+    assert comparison.transfer_ratio_difference.low > 0  # SOLARIS-like transfers more than the (VM-like) distilled
+    assert comparison.ne_difference.high < 0  # ...and so has the lower NE
 
 
 def test_intervals_are_deterministic_under_a_seed_and_pooled_is_the_mean_of_seeds():
@@ -96,9 +97,9 @@ def test_intervals_are_deterministic_under_a_seed_and_pooled_is_the_mean_of_seed
     first = bootstrap.bootstrap_intervals(requests, resamples=100, seed=7)
     assert first == bootstrap.bootstrap_intervals(requests, resamples=100, seed=7)
     assert first != bootstrap.bootstrap_intervals(requests, resamples=100, seed=8)
-    per_seed = [s["ne"]["fm"]["estimate"] for s in first["per_seed"]]
-    assert first["pooled"]["ne"]["fm"]["estimate"] == pytest.approx(np.mean(per_seed))
-    assert first["n_users"] == 60 and first["n_requests"] == 600 and len(first["per_seed"]) == 2
+    per_seed = [s.ne["fm"].estimate for s in first.per_seed]
+    assert first.pooled.ne["fm"].estimate == pytest.approx(np.mean(per_seed))
+    assert first.n_users == 60 and first.n_requests == 600 and len(first.per_seed) == 2
 
 
 def test_transfer_ratio_interval_is_unbounded_when_the_fm_gap_is_noise():
@@ -108,9 +109,9 @@ def test_transfer_ratio_interval_is_unbounded_when_the_fm_gap_is_noise():
     same = 1 / (1 + np.exp(-(labels - 0.5 + rng.normal(0, 1, users.size))))
     predictions = {name: same for name in VARIANTS}
     predictions["fm"] = np.clip(same + rng.normal(0, 0.01, users.size), 0.01, 0.99)  # no real gain
-    out = bootstrap.bootstrap_intervals(bootstrap.ScoredRequests(users, labels, (predictions,)), 200)["pooled"]
-    ratio = out["transfer_ratio"][SOLARIS_ALL]
-    assert ratio["low"] is None and ratio["high"] is None and ratio["undefined_share"] > 0.025
+    out = bootstrap.bootstrap_intervals(bootstrap.ScoredRequests(users, labels, (predictions,)), 200).pooled
+    ratio = out.transfer_ratio[SOLARIS_ALL]
+    assert ratio.low is None and ratio.high is None and ratio.undefined_share > 0.025
 
 
 def test_windows_concatenate_with_the_same_seeds_only():
@@ -164,3 +165,18 @@ def test_cluster_interval_is_unbounded_when_the_denominator_is_mostly_zero():
     interval = bootstrap.cluster_interval(totals, lambda s: s[..., 1] / s[..., 0], n_resamples=500)
     assert interval.estimate == pytest.approx(1.0)
     assert not interval.bounded
+
+
+def test_the_report_states_the_controls_the_ceiling_and_the_fine_tune_with_intervals():
+    from solaris.evaluation.protocol import PRETRAINED, SOLARIS_NONE, SOLARIS_ORACLE, SOLARIS_PLACEBO
+
+    for pair in ((SOLARIS_ALL, SOLARIS_PLACEBO), (SOLARIS_ALL, SOLARIS_NONE), (SOLARIS_ORACLE, "vm_distilled"),
+                 (SOLARIS_ORACLE, SOLARIS_PLACEBO), ("vm_baseline", PRETRAINED["vm_baseline"]),
+                 (SOLARIS_ALL, "vm_distilled")):
+        assert pair in bootstrap.COMPARISONS, pair
+    assert all(a in VARIANTS and b in VARIANTS for a, b in bootstrap.COMPARISONS)
+    out = bootstrap.bootstrap_intervals(_requests(np.random.default_rng(7)), resamples=50, seed=1).pooled
+    comparison = out.comparisons[f"{SOLARIS_ORACLE}-vs-{SOLARIS_PLACEBO}"]
+    assert (comparison.variant, comparison.reference) == (SOLARIS_ORACLE, SOLARIS_PLACEBO)
+    assert comparison.ne_difference.bounded and comparison.to_dict()["ne_difference"].keys() == {
+        "estimate", "low", "high", "undefined_share"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import numpy as np
@@ -85,20 +86,21 @@ def test_variant_metrics_transfer_ratio_and_seed_aggregate():
     predictions["fm"] = probs(1.2)
     predictions["vm_baseline"] = probs(0.3)
     result = evaluation.variant_metrics(labels, predictions)
-    assert result["fm"]["transfer_ratio"] == pytest.approx(1.0)
-    assert result["vm_baseline"]["transfer_ratio"] == pytest.approx(0.0)
-    assert result["fm"]["ne"] < result["vm_baseline"]["ne"]
-    seeds = [{"variants": result, "coverage": {"tiers1": c}, "cost": {"x": 1.0}} for c in (0.2, 0.4)]
+    assert result["fm"].transfer_ratio == pytest.approx(1.0)
+    assert result["vm_baseline"].transfer_ratio == pytest.approx(0.0)
+    assert result["fm"].ne < result["vm_baseline"].ne
+    seeds = [_seed_result(result, coverage={"tiers1": c}) for c in (0.2, 0.4)]
     summary = evaluation.aggregate_seeds(seeds)
-    assert summary["coverage"]["tiers1"]["mean"] == pytest.approx(0.3)
-    assert summary["coverage"]["tiers1"]["std"] == pytest.approx(0.1)
+    assert summary.coverage["tiers1"].mean == pytest.approx(0.3)
+    assert summary.coverage["tiers1"].std == pytest.approx(0.1)
+    assert summary.cost.replay_s == evaluation.MeanStd(1.0, 0.0, 2)
     with pytest.raises(ValueError):
         evaluation.variant_metrics(labels, {"fm": predictions["fm"]})
 
 
 def test_mean_std_skips_missing_values():
-    assert evaluation.mean_std([1.0, float("nan"), None, 3.0]) == {"mean": 2.0, "std": 1.0, "n": 2}
-    assert evaluation.mean_std([None])["mean"] is None
+    assert evaluation.mean_std([1.0, float("nan"), None, 3.0]) == evaluation.MeanStd(2.0, 1.0, 2)
+    assert evaluation.mean_std([None]).mean is None
 
 
 def test_fm_passes_per_request():
@@ -123,47 +125,132 @@ def test_warm_start_predicts_like_its_base_until_trained():
         warm_start_vm(widened, vm_spec(load_config(overrides=["model.embedding_dim=4"]), with_fm_embedding=True))
 
 
-def test_report_files_from_a_summary(tmp_path):
-    cell = lambda m: {"mean": m, "std": 0.01, "n": 2}  # noqa: E731
-    variants = {name: {k: cell(0.9) for k in evaluation.METRIC_KEYS} for name in evaluation.VARIANTS}
-    variants["vm_baseline"]["transfer_ratio"] = {"mean": None, "std": None, "n": 0}
-    for name in variants:
-        variants[name]["transfer_ratio_pooled"] = 0.4
-    per_tick = [{"tick": f"2026-01-03T{h:02d}:00:00+00:00", "scored_window": h >= 12, "requests": 10,
-                 "tiers1": 0.5, "tiers1-2": 0.6, "tiers1-3": 0.8, "tiers1-4": 0.85, "tiers1-5": 0.9, "tiers1-6": 0.95,
-                 "candidates_hit_rate": 0.3,
-                 "verified_hit_rate": 0.2} for h in range(10, 15)]
-    coverage = {k: cell(0.5) for k in evaluation.coverage_by_tier(np.array([1]))}
-    cost = {k: cell(1.0) for k in ("fm_passes_per_request", "seed_wall_s", "replay_s", "train_models_s",
-                                    "finetune_vms_s")}
+def _seed_result(variants, seed=1, coverage=None, t0=T0):
+    """A seed result around ``variants`` (the other fields as a tiny evaluation fills them)."""
+    per_tick = tuple(
+        {"tick": f"{t0.date()}T{h:02d}:00:00+00:00", "scored_window": h >= 12, "requests": 10, "tiers1": 0.5,
+         "tiers1-2": 0.6, "tiers1-3": 0.8, "tiers1-4": 0.85, "tiers1-5": 0.9, "tiers1-6": 0.95,
+         "candidates_hit_rate": 0.3, "verified_hit_rate": 0.2}
+        for h in range(10, 15)
+    )
+    shares = evaluation.coverage_by_tier(np.array([0, 1, 3, 3, 5, 6])) if coverage is None else coverage
+    return evaluation.SeedResult(
+        seed=seed, t0=t0.isoformat(), variants=variants, coverage=shares, tail_coverage=shares, per_tick=per_tick,
+        cost=evaluation.Cost(fm_pairs_scored=900.0, fm_users_represented=100.0, fm_passes_per_request=2.0,
+                             train_models_s=1.0, replay_s=1.0, resolve_s=1.0, finetune_vms_s=1.0,
+                             score_requests_s=1.0, seed_wall_s=float("nan")),
+        models={"versions": {"fm": "abc"}, "reused": ["fm"]}, replay={"seed": 42, "ticks": 5, "ticks_run": 5,
+                                                                        "cleared": False},
+        requests={"tail": 20, "scored": 400, "scored_users": 40, "base_rate": 0.5},
+    )
+
+
+def _summary(tmp_path, t0s=(T0,)):
+    """An evaluation summary of synthetic predictions: the FM strong, every VM variant the same."""
+    from solaris.evaluation.report import EvaluationSummary, WindowSummary
+
     rng = np.random.default_rng(0)
     users, labels = rng.integers(0, 40, 400), (rng.random(400) < 0.5).astype(np.float32)
     weak, strong = labels - 0.5 + rng.normal(0, 1, 400), labels - 0.5 + rng.normal(0, 0.3, 400)
     predictions = {name: 1 / (1 + np.exp(-weak)) for name in evaluation.VARIANTS}
     predictions["fm"] = 1 / (1 + np.exp(-4 * strong))
-    intervals = bootstrap_intervals(ScoredRequests(users, labels, (predictions, predictions)), resamples=50)
-    intervals["per_window"] = {T0.isoformat(): intervals["pooled"]}
-    summary = {"output": str(tmp_path), "t0": [T0.isoformat()], "seeds": [1, 2],
-               "windows": [{"t0": T0.isoformat(), "fm_cutoff": "x", "end": "y", "requests": 400, "users": 40}],
-               "settings": {"step_hours": 1, "tail_hours": 2, "eval_hours": 3}, "variants": variants,
-               "coverage": coverage, "cost": cost, "nan": float("nan"), "intervals": intervals,
-               "per_seed": [{"per_tick": per_tick, "requests": {"scored": 30, "tail": 20, "base_rate": 0.5}}] * 2}
+    variants = evaluation.variant_metrics(labels, predictions)
+    results = tuple(_seed_result(variants, seed, t0=t0) for t0 in t0s for seed in (1, 2))
+    requests = ScoredRequests(users, labels, (predictions, predictions))
+    intervals = bootstrap_intervals(requests, resamples=50)
+    if len(t0s) > 1:
+        intervals = replace(intervals, per_window={t0.isoformat(): intervals.pooled for t0 in t0s})
+    return EvaluationSummary.of(
+        evaluation.aggregate_seeds(list(results)), output=str(tmp_path), t0=tuple(t.isoformat() for t in t0s),
+        windows=tuple(WindowSummary(t.isoformat(), "x", "y", 400, 40) for t in t0s), scored_requests=400,
+        scored_users=40,
+        settings=load_config(overrides=["evaluation.tail_hours=2", "evaluation.eval_hours=3"]).evaluation,
+        warehouse=str(tmp_path), seeds=(1, 2), intervals=intervals, per_seed=results, wall_s=float("nan"),
+    )
+
+
+def test_report_files_from_a_summary(tmp_path):
+    summary = _summary(tmp_path)
     paths = write_report(tmp_path, summary)
     names = {p.name for p in paths}
     assert {"metrics.json", "report.md", "transfer_ratio.png", "coverage_over_time.png", "hit_rate.png",
             "ne_vs_coverage.png"} <= names
     saved = json.loads((tmp_path / "metrics.json").read_text())
-    assert saved["nan"] is None  # strict JSON, no NaN
+    assert saved["wall_s"] is None  # strict JSON, no NaN
     assert saved["intervals"]["pooled"]["fm_vm_gap"]["low"] > 0  # the FM is clearly better here
+    assert "per_window" not in saved["intervals"]  # one window: no per-window intervals
     report = (tmp_path / "report.md").read_text()
     assert "VM+SOLARIS tiers 1-3" in report and "![transfer_ratio](transfer_ratio.png)" in report
+    assert "learning rate 0.0002" in report and "warm start is kept" in report
     verdict = report.split("## Set-up")[0]  # the report opens with the verdict lines
     assert "FM vs VM baseline: \u0394NE" in verdict and "the FM is better" in verdict
-    # every VM variant predicts the same here: their differences are exactly 0, and said to be no difference
-    assert "VM+SOLARIS tiers 1-6 vs VM distilled: \u0394TR = +0.000 [+0.000, +0.000]" in verdict
+    # every VM variant predicts the same here: their differences are exactly 0, and said to be no difference;
+    # the comparisons with distillation state the NE difference with its interval, then the TR difference
+    assert ("VM+SOLARIS tiers 1-6 vs VM distilled: \u0394NE = +0.0000 [+0.0000, +0.0000], "
+            "\u0394TR = +0.000 [+0.000, +0.000]") in verdict
+    for line in ("VM+SOLARIS oracle (exact pair for every request) vs VM distilled: \u0394NE",
+                 "VM+SOLARIS tiers 1-6 vs VM+SOLARIS placebo (served values permuted within tier): \u0394NE",
+                 "VM+SOLARIS tiers 1-6 vs VM+SOLARIS control (nothing served): \u0394NE",
+                 "VM baseline vs VM baseline, not fine-tuned: \u0394NE"):
+        assert line in verdict, line
     assert "includes 0: no difference shown" in verdict
-    assert f"Per window (pooled over seeds): T0 {T0.isoformat()}" in report
     assert all((tmp_path / n).stat().st_size > 5000 for n in names if n.endswith(".png"))
+
+
+def test_the_report_shows_each_window_and_pooled(tmp_path):
+    later = T0.replace(day=5)
+    summary = _summary(tmp_path, t0s=(T0, later))
+    write_report(tmp_path, summary)
+    report = (tmp_path / "report.md").read_text()
+    assert "2 window(s), 2 seed(s)" in report
+    assert f"Window T0 = {T0.isoformat()}" in report and f"Window T0 = {later.isoformat()}" in report
+    assert f"Per window (pooled over seeds): T0 {T0.isoformat()}" in report and f"T0 {later.isoformat()}" in report
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert set(saved["intervals"]["per_window"]) == {T0.isoformat(), later.isoformat()}
+    assert [r["t0"] for r in saved["per_seed"]] == [T0.isoformat()] * 2 + [later.isoformat()] * 2
+
+
+def test_metrics_json_keeps_its_form_and_the_typed_results_round_trip(tmp_path):
+    """metrics.json: the same keys as before the results were typed; a seed's result.json reads back
+    to the same JSON; the intervals read back to the same objects."""
+    from solaris.evaluation.bootstrap import BootstrapIntervals
+    from solaris.evaluation.report import metrics_json
+
+    summary = _summary(tmp_path)
+    saved = json.loads(metrics_json(summary))
+    assert list(saved) == ["output", "t0", "windows", "requests", "settings", "warehouse", "seeds", "variants",
+                           "coverage", "cost", "intervals", "per_seed", "wall_s"]
+    assert set(saved["variants"]) == set(evaluation.VARIANTS)
+    assert set(saved["variants"]["fm"]) == {*evaluation.METRIC_KEYS, "transfer_ratio_pooled"}
+    assert saved["variants"]["fm"]["ne"].keys() == {"mean", "std", "n"}
+    assert saved["settings"]["finetune_learning_rate"] == 2e-4 and saved["requests"] == {"scored": 400, "users": 40}
+    comparison = saved["intervals"]["pooled"]["comparisons"][f"{evaluation.SOLARIS_ALL}-vs-vm_distilled"]
+    assert comparison["variant"] == evaluation.SOLARIS_ALL and comparison["reference"] == "vm_distilled"
+    assert comparison["ne_difference"].keys() == {"estimate", "low", "high", "undefined_share"}
+    first = saved["per_seed"][0]
+    assert set(first) == {"seed", "t0", "variants", "coverage", "tail_coverage", "per_tick", "cost", "models",
+                          "replay", "requests"}
+    assert set(first["variants"]) == set(evaluation.VARIANTS)
+    assert set(first["variants"]["fm"]) == {"log_loss", "ne", "auc", "calibration", "n", "transfer_ratio"}
+    result = summary.per_seed[0]
+    text = json.dumps(result.to_dict(), default=str)  # as result.json stores it (NaN kept)
+    assert json.dumps(evaluation.SeedResult.from_dict(json.loads(text)).to_dict(), default=str) == text
+    assert evaluation.SeedResult.from_dict(json.loads(text)).variants == result.variants
+    assert BootstrapIntervals.from_dict(summary.intervals.to_dict()) == summary.intervals
+
+
+def test_a_seed_result_of_another_format_is_recomputed(tmp_path):
+    """result.json caches of the protocol before this one are not read: the fingerprint differs."""
+    config = load_config()
+    now = evaluation.step_fingerprint(config, "seed", seed=42, variants=evaluation.VARIANTS,
+                                      result_version=evaluation.SEED_RESULT_VERSION)
+    old = evaluation.step_fingerprint(config, "seed", seed=42, variants=evaluation.VARIANTS[:4])
+    assert now != old
+    seed_dir = tmp_path / "seed-42"
+    seed_dir.mkdir()
+    (seed_dir / "result.json").write_text(json.dumps({"fingerprint": old, "result": {}}))
+    np.savez(seed_dir / evaluate_job.SCORED_FILE, fm=np.zeros(3))
+    assert evaluate_job._saved_seed(seed_dir, now) is None
 
 
 def test_transfer_ratio_undefined_when_the_fm_is_not_better():
@@ -174,10 +261,10 @@ def test_transfer_ratio_undefined_when_the_fm_is_not_better():
     predictions = {name: good for name in evaluation.VARIANTS}
     predictions["fm"] = weak  # FM worse than the VM: nothing to transfer
     result = evaluation.variant_metrics(labels, predictions)
-    assert np.isnan(result["vm_distilled"]["transfer_ratio"])
-    summary = evaluation.aggregate_seeds([{"variants": result, "coverage": {}, "cost": {}}])
-    assert summary["variants"]["vm_distilled"]["transfer_ratio"]["n"] == 0
-    assert np.isnan(summary["variants"]["vm_distilled"]["transfer_ratio_pooled"])
+    assert np.isnan(result["vm_distilled"].transfer_ratio)
+    summary = evaluation.aggregate_seeds([_seed_result(result)])
+    assert summary.variants["vm_distilled"].transfer_ratio.n == 0
+    assert np.isnan(summary.variants["vm_distilled"].transfer_ratio_pooled)
 
 
 def test_a_step_is_recomputed_exactly_when_a_setting_it_depends_on_changes():
@@ -203,7 +290,8 @@ def test_a_step_is_recomputed_exactly_when_a_setting_it_depends_on_changes():
     # a seed's result: anything in the model, precompute or enrichment counts, the number of seeds does not
     seed = evaluation.step_fingerprint(base, "seed", **inputs)
     assert seed == evaluation.step_fingerprint(load_config(overrides=["evaluation.seeds=5"]), "seed", **inputs)
-    for override in ("evaluation.tail_hours=48", "enrichment.knn_k=5", "model.distillation.weight=0.2"):
+    for override in ("evaluation.tail_hours=48", "enrichment.knn_k=5", "model.distillation.weight=0.2",
+                     "evaluation.finetune_learning_rate=0.001", "evaluation.finetune_batch_size=128"):
         assert seed != evaluation.step_fingerprint(load_config(overrides=[override]), "seed", **inputs), override
     with pytest.raises(ValueError):
         evaluation.step_fingerprint(base, "nope")
@@ -298,3 +386,140 @@ def test_evaluate_refuses_a_thin_window_and_picks_the_dense_one():
     assert "\n" not in str(refused.value)
     (picked,) = evaluate_job.choose_windows(config, events, None)
     assert start + 55 * HOUR <= picked.timestamp() <= start + 60 * HOUR  # its scored part holds the burst
+
+
+def test_the_placebo_permutes_vectors_within_each_tier_only():
+    """Each tier keeps its multiset of vectors and every row its tier; seeded; rows actually move."""
+    rng = np.random.default_rng(12)
+    tiers = rng.choice([0, 1, 3, 5, 6], size=300)
+    vectors = rng.normal(size=(300, 4)).astype(np.float32)
+    vectors[tiers == 0] = 0.0  # nothing served: the zero vector
+    permuted = evaluation.permuted_within_tier(vectors, tiers, np.random.default_rng(7))
+    assert permuted.shape == vectors.shape and permuted.dtype == np.float32
+    for tier in np.unique(tiers):
+        mine = tiers == tier
+        # the same rows, reordered: sorting the rows of the tier gives the same matrix
+        assert np.array_equal(np.unique(permuted[mine], axis=0), np.unique(vectors[mine], axis=0))
+        assert sorted(map(tuple, permuted[mine])) == sorted(map(tuple, vectors[mine]))
+    assert not permuted[tiers == 0].any()
+    moved = np.any(permuted != vectors, axis=1)
+    assert moved[tiers > 0].mean() > 0.9  # a row keeps its own vector only by chance
+    again = evaluation.permuted_within_tier(vectors, tiers, np.random.default_rng(7))
+    assert np.array_equal(again, permuted)  # seeded
+    assert not np.array_equal(evaluation.permuted_within_tier(vectors, tiers, np.random.default_rng(8)), permuted)
+    assert np.array_equal(vectors[tiers == 1][0], vectors[tiers == 1][0].copy())  # the input is not modified
+
+
+def test_oracle_query_times_are_the_serving_tick_strictly_before_each_request():
+    window = evaluation.EvaluationWindow(T0, tail_hours=2, eval_hours=3)
+    cutoff = window.fm_cutoff.timestamp()
+    ts = np.array([cutoff + 1, cutoff + HOUR, cutoff + HOUR + 1, T0.timestamp() + 30, T0.timestamp() + 3 * HOUR],
+                  dtype=np.int64)
+    at = window.serving_tick_times(ts)
+    ticks = [t.timestamp() for t in window.ticks()]
+    assert at.tolist() == [ticks[i] for i in window.serving_tick(ts)]
+    assert at.tolist() == [cutoff, cutoff, cutoff + HOUR, T0.timestamp(), T0.timestamp() + 2 * HOUR]
+    assert np.all(at < ts)
+    with pytest.raises(ValueError, match="outside the window"):
+        window.serving_tick_times(np.array([cutoff]))  # at the cutoff: no snapshot serves it
+
+
+def test_every_solaris_model_gets_its_own_input_for_training_and_scoring():
+    rng = np.random.default_rng(13)
+    n_tail, n = 40, 100
+    tiers = rng.choice([0, 1, 2, 3, 5], size=n)
+    vectors = np.where(tiers[:, None] > 0, rng.normal(size=(n, 3)), 0.0).astype(np.float32)
+    served = evaluate_job.ServedFeatures(vectors, tiers, n_tail, (), 0.0)
+    oracle = rng.normal(size=(n, 3)).astype(np.float32)
+    inputs = evaluate_job.fed_inputs(served, oracle, seed=42)
+    for part, rows in (("tail", slice(0, n_tail)), ("scored", slice(n_tail, n))):
+        fed = getattr(inputs, part)
+        assert np.array_equal(fed[evaluation.SOLARIS_ALL][0], vectors[rows])
+        none_vectors, none_tiers = fed[evaluation.SOLARIS_NONE]
+        assert not none_vectors.any() and not none_tiers.any()
+        placebo_vectors, placebo_tiers = fed[evaluation.SOLARIS_PLACEBO]
+        assert np.array_equal(placebo_tiers, tiers[rows])  # permuted within the part's own rows and tiers
+        for tier in np.unique(tiers[rows]):
+            mine = tiers[rows] == tier
+            assert sorted(map(tuple, placebo_vectors[mine])) == sorted(map(tuple, vectors[rows][mine]))
+        assert not np.array_equal(placebo_vectors, vectors[rows])
+        oracle_vectors, oracle_tiers = fed[evaluation.SOLARIS_ORACLE]
+        assert np.array_equal(oracle_vectors, oracle[rows]) and (oracle_tiers == 1).all()  # the pair tier everywhere
+    same = evaluate_job.fed_inputs(served, oracle, seed=42)
+    assert np.array_equal(same.scored[evaluation.SOLARIS_PLACEBO][0], inputs.scored[evaluation.SOLARIS_PLACEBO][0])
+    other = evaluate_job.fed_inputs(served, oracle, seed=43)  # another seed, another permutation
+    assert not np.array_equal(other.tail[evaluation.SOLARIS_PLACEBO][0], inputs.tail[evaluation.SOLARIS_PLACEBO][0])
+    with pytest.raises(ValueError, match="not aligned"):
+        evaluate_job.fed_inputs(served, oracle[:-1], seed=42)
+
+
+def test_the_variants_include_the_pretrained_vms_the_controls_and_the_ceiling():
+    for name in ("vm_baseline_pretrained", "vm_distilled_pretrained", "solaris_none", "solaris_placebo",
+                 "solaris_oracle"):
+        assert name in evaluation.VARIANTS and name in evaluation.TRANSFER_VARIANTS
+    assert "placebo" in evaluation.SOLARIS_PLACEBO and "oracle" in evaluation.SOLARIS_ORACLE
+    assert len(set(evaluation.VARIANTS)) == len(evaluation.VARIANTS)
+
+
+def _learnable_events(n: int, seed: int):
+    """Time-sorted events whose label follows the item (a VM learns it from the item id and counters)."""
+    from solaris.models.training import EventArrays
+
+    rng = np.random.default_rng(seed)
+    users, items = rng.integers(1, 60, n), rng.integers(1, 40, n)
+    ts = np.sort(rng.integers(0, 200 * HOUR, n))
+    labels = ((items % 2 == 0) ^ (rng.random(n) < 0.1)).astype(np.float32)
+    order = np.argsort(ts, kind="stable")
+    return EventArrays(users[order], items[order], ts[order].astype(np.int64), labels[order])
+
+
+def test_keep_initial_keeps_the_warm_start_only_when_no_epoch_beats_it():
+    from solaris.models.training import fit
+
+    config = load_config(overrides=["model.embedding_dim=8", "model.history_length=4", "model.training.threads=1",
+                                    "model.training.batch_size=128", "model.training.max_epochs=3"])
+    events = _learnable_events(1500, seed=3)
+    features = training_features(events.user_id, events.item_id, events.ts, events.label, 4)
+    training = config.model.training
+
+    def fitted(model, keep_initial, **update):
+        return fit(model, features, events.label, events.ts, training.model_copy(update=update), 5,
+                   keep_initial=keep_initial)
+
+    torch.manual_seed(0)
+    trained = fitted(VerticalModel(vm_spec(config)), False, learning_rate=1e-2).model
+    start = {k: v.clone() for k, v in trained.state_dict().items()}
+    # a learning rate that wrecks the weights: no epoch beats the warm start, which is kept as it was
+    kept = fitted(trained, True, learning_rate=50.0)
+    assert kept.best_epoch == 0 and kept.epochs[0]["epoch"] == 0
+    assert all(torch.equal(kept.model.state_dict()[k], start[k]) for k in start)
+    # without the option the best epoch wins even when it is worse than the start
+    trained.load_state_dict(start)
+    wrecked = fitted(trained, False, learning_rate=50.0)
+    assert wrecked.best_epoch >= 1 and wrecked.validation["ne"] > kept.validation["ne"]
+    assert not all(torch.equal(wrecked.model.state_dict()[k], start[k]) for k in start)
+    # an untrained model that training improves: an epoch is kept, not the initial weights
+    torch.manual_seed(1)
+    fresh = VerticalModel(vm_spec(config))
+    initial = {k: v.clone() for k, v in fresh.state_dict().items()}
+    improved = fitted(fresh, True, learning_rate=1e-2)
+    assert improved.best_epoch >= 1 and improved.validation["ne"] < improved.epochs[0]["ne"]
+    assert not all(torch.equal(improved.model.state_dict()[k], initial[k]) for k in initial)
+
+
+def test_the_evaluation_fine_tune_gives_the_same_vm_for_the_same_seed():
+    """One thread, the seed's draws only: two fine-tunes of the same warm start are bit-identical."""
+    from solaris.models.training import train_vm
+
+    config = load_config(overrides=["model.embedding_dim=8", "model.history_length=4", "model.training.max_epochs=2",
+                                    "model.training.batch_size=128"])
+    events = _learnable_events(1200, seed=4)
+    training = evaluate_job._vm_training(config, batch_size=64, learning_rate=config.evaluation.finetune_learning_rate)
+    assert training.threads == 1 and training.learning_rate == 2e-4
+    base = train_vm(events, config, 3, training=evaluate_job._vm_training(config)).model
+    rng = np.random.default_rng(0)
+    extras = {"fm_embedding": rng.normal(size=(len(events), 8)).astype(np.float32),
+              "fm_tier": rng.integers(0, 4, len(events))}
+    tuned = [train_vm(events, config, 11, "solaris", init_from=base, training=training, keep_initial=True,
+                      **extras).model.state_dict() for _ in range(2)]
+    assert all(torch.equal(tuned[0][k], tuned[1][k]) for k in tuned[0])
