@@ -177,8 +177,12 @@ class FMConfig(_Strict):
     heads: int = Field(2, ge=1)
     tower: tuple[int, ...] = (256, 128)
     dropout: float = Field(0.1, ge=0, lt=1)
-    user_id_dropout: float = Field(0.0, ge=0, le=1)  # training rows whose user-id vector is zeroed (FMSpec)
-    self_attention: bool = True  # a self-attention layer over the history before target attention (FMSpec)
+    user_id_dropout: float = Field(0.5, ge=0, le=1)  # training rows whose user-id vector is zeroed (FMSpec)
+    # Upper bound on the FM's epochs (and its cross-fitted teachers'), below model.training.max_epochs.
+    # Why: the FM is the one model a daily refresh and the evaluation train on hundreds of thousands of
+    # events with histories; its cost per epoch is what bounds both on a small machine.
+    max_epochs: int = Field(2, ge=1)
+    self_attention: bool = False  # a self-attention layer over the history before target attention (FMSpec)
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "FMConfig":
@@ -225,7 +229,7 @@ class DistillationConfig(_Strict):
 
 class ModelConfig(_Strict):
     embedding_dim: int = Field(64, ge=1, le=4096)
-    history_length: int = Field(32, ge=1)
+    history_length: int = Field(64, ge=1)
     fm: FMConfig = FMConfig()
     vm: VMConfig = VMConfig()
     training: TrainingConfig = TrainingConfig()

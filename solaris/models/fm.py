@@ -2,10 +2,12 @@
 
 Architecture (docs/architecture.md §8):
 
-* hashed user / item id embeddings (large tables);
+* hashed user / item id embeddings (large tables); the user's is dropped on a share of training
+  rows (``user_id_dropout``), so the FM generalises to users it never trained on from their history;
 * a time-aware history encoder: each of the user's last N events (strictly before the request) is
-  its item embedding + a "liked" embedding + a projection of its age; one self-attention
-  transformer layer over them, then *target attention* with the candidate item as query;
+  its item embedding + a "liked" embedding + a projection of its age; optionally one
+  self-attention transformer layer over them (``self_attention``, off by default), then *target
+  attention* with the candidate item as query;
 * a deep interaction tower over [user, item, target interest, user summary, item x interest, the
   VM's real-time counters]
   whose last hidden layer is the **pair embedding** (D = ``model.embedding_dim``); the click

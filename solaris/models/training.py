@@ -258,7 +258,9 @@ def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device: str 
         features, labels, ts = features.take(rows), labels[rows], ts[rows]
     seed_everything(seed)  # the initial weights too, not only the batch order: same seed, same model
     model = FoundationModel(fm_spec(config))
-    return fit(model, features, labels, ts, config.model.training, seed, name="FM", device=device)
+    training = config.model.training
+    training = training.model_copy(update={"max_epochs": min(training.max_epochs, config.model.fm.max_epochs)})
+    return fit(model, features, labels, ts, training, seed, name="FM", device=device)
 
 
 def out_of_fold_teacher_logits(

@@ -172,3 +172,22 @@ def test_training_gives_the_same_model_for_the_same_seed_whatever_ran_before():
         torch.rand(1000)  # other work consuming the global RNG in between
         second = train(events, config, 11).model.state_dict()
         assert all(torch.equal(first[k], second[k]) for k in first), train.__name__
+
+
+def test_fm_training_stops_at_the_fm_epoch_cap_below_the_shared_one():
+    """The FM's epochs are bounded by model.fm.max_epochs even when model.training allows more."""
+    from solaris.config import load_config
+    from solaris.models.training import EventArrays, train_fm
+
+    rng = np.random.default_rng(0)
+    n = 400
+    events = EventArrays(rng.integers(1, 30, n), rng.integers(1, 40, n), np.sort(rng.integers(0, 10**6, n)),
+                         rng.integers(0, 2, n).astype(np.float32))
+    small = ["model.embedding_dim=8", "model.history_length=4", "model.fm.id_buckets=64", "model.fm.d_model=8",
+             "model.fm.tower=[16]", "model.training.patience=10", "model.training.threads=1"]
+    capped = train_fm(events, load_config(overrides=[*small, "model.training.max_epochs=5", "model.fm.max_epochs=2"]),
+                      seed=1)
+    assert [row["epoch"] for row in capped.epochs] == [1, 2]
+    free = train_fm(events, load_config(overrides=[*small, "model.training.max_epochs=3", "model.fm.max_epochs=9"]),
+                    seed=1)
+    assert [row["epoch"] for row in free.epochs] == [1, 2, 3]
