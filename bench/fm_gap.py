@@ -69,8 +69,8 @@ def score_window(events: EventArrays, config: SolarisConfig, t0_seconds: int, va
     vm_config = load_config(overrides=[*base_overrides, "model.training.threads=1"])
     lengths = {c.model.history_length for c in configs.values()} | {vm_config.model.history_length}
     features = {h: training_features(train.user_id, train.item_id, train.ts, train.label, h) for h in lengths}
-    scored = {h: visible.index().query(events.user_id[rows], events.item_id[rows], events.ts[rows], h)
-              for h in lengths}
+    index = visible.index()
+    scored = {h: index.query(events.user_id[rows], events.item_id[rows], events.ts[rows], h) for h in lengths}
     started = time.monotonic()
     vm = train_vm(train, vm_config, seed, "baseline", features=features[vm_config.model.history_length])
     seconds["vm_baseline"] = time.monotonic() - started
@@ -132,12 +132,12 @@ def main() -> None:
                                  settings.min_users, settings.min_training_events)
         t0s = [int(w.t0.timestamp()) for w in picked]
     variants = _variants(args.variant)
-    windows = []
+    windows, reports = [], []
     for t0 in t0s:
         window = score_window(events, config, t0, variants, base, seed)
         windows.append(window)
-        report = gaps([window], settings.bootstrap_resamples, settings.confidence)
-        _print(window.t0, window, report)
+        reports.append(gaps([window], settings.bootstrap_resamples, settings.confidence))
+        _print(window.t0, window, reports[-1])
     pooled = gaps(windows, settings.bootstrap_resamples, settings.confidence)
     if len(windows) > 1:
         _print("pooled", None, pooled)
@@ -146,8 +146,9 @@ def main() -> None:
             json.dump({"seed": seed, "variants": variants, "pooled": pooled,
                        "windows": [{"t0": w.t0, "requests": int(w.labels.size),
                                     "users": int(np.unique(w.users).size), "train_seconds": w.train_seconds,
-                                    **gaps([w], settings.bootstrap_resamples, settings.confidence)}
-                                   for w in windows]}, handle, indent=2, default=str)
+                                    **report}
+                                   for w, report in zip(windows, reports, strict=True)]}, handle, indent=2,
+                      default=str)
 
 
 def _print(title: str, window: WindowScores | None, report: dict[str, dict[str, object]]) -> None:
