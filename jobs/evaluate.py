@@ -42,7 +42,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from solaris.evaluation.protocol import EvaluationWindow
     from solaris.evaluation.report import EvaluationSummary
     from solaris.models.features import Features, HistoryIndex
+    from solaris.models.fm import FoundationModel
     from solaris.models.training import EventArrays
     from solaris.models.vm import VerticalModel
 
@@ -294,16 +295,23 @@ def fed_inputs(served: ServedFeatures, oracle: np.ndarray, seed: int) -> FedInpu
 
 @dataclass(frozen=True)
 class FineTunedVMs:
-    """Step 4: the VM variants fine-tuned on the tail's requests (same rows, budget and rate)."""
+    """Step 4: the VM variants fine-tuned on the tail's requests (same rows, budget and rate).
+
+    The VM+SOLARIS models follow ``model.adapter.design``: with ``adapter``, the fine-tuned VM (the
+    baseline, or the distilled VM for ``solaris_distilled``) plus a tier adapter fit on the tail's
+    served values (:func:`solaris.models.training.adapt_vm`; ``adapters`` records what each tier uses);
+    with ``concat``, a VM fine-tuned with the vector in its first layer.
+    """
 
     baseline: VerticalModel
     distilled: VerticalModel
-    solaris: VerticalModel  # on what serving returned
-    solaris_distilled: VerticalModel
-    control: VerticalModel  # on nothing served
-    placebo: VerticalModel  # on the served vectors permuted within each tier
-    oracle: VerticalModel  # on the exact pair for every request
+    solaris: nn.Module  # on what serving returned
+    solaris_distilled: nn.Module
+    control: nn.Module  # on nothing served
+    placebo: nn.Module  # on the served vectors permuted within each tier
+    oracle: nn.Module  # on the exact pair for every request
     seconds: float
+    adapters: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -601,7 +609,7 @@ def fine_tune(
     saw the tail). Each VM+SOLARIS model learns from the input it is scored with (:class:`FedInputs`).
     """
     from solaris.evaluation import protocol as evaluation
-    from solaris.models.training import predict, train_vm
+    from solaris.models.training import adapt_vm, predict, train_vm
 
     started = time.monotonic()
     settings = config.evaluation
@@ -618,16 +626,44 @@ def fine_tune(
                           training=training, keep_initial=True, **extra)
         return cast("VerticalModel", result.model)
 
+    baseline = tuned("baseline", models.baseline)
+    distilled = tuned("distilled", models.distilled, teacher_logits=tail_teacher)
+    if config.model.adapter.design == "concat":
+        return FineTunedVMs(
+            baseline=baseline,
+            distilled=distilled,
+            solaris=tuned("solaris", models.baseline, evaluation.SOLARIS_ALL),
+            solaris_distilled=tuned("solaris_distilled", models.distilled, evaluation.SOLARIS_ALL,
+                                    teacher_logits=tail_teacher),
+            control=tuned("solaris", models.baseline, evaluation.SOLARIS_NONE),
+            placebo=tuned("solaris", models.baseline, evaluation.SOLARIS_PLACEBO),
+            oracle=tuned("solaris", models.baseline, evaluation.SOLARIS_ORACLE),
+            seconds=time.monotonic() - started,
+        )
+    fits: dict[str, Any] = {}
+
+    def adapted(name: str, body: VerticalModel, reference: VerticalModel, fed: str) -> nn.Module:
+        # the adapter is fit on the VM of step 1 (it never saw the tail), then put on the fine-tuned VM
+        vectors, tiers = inputs.tail[fed]
+        model, fitted = adapt_vm(config, body, cast("FoundationModel", models.fm), reference=reference,
+                                 features=features_tail, labels=events_tail.label, ts_seconds=events_tail.ts,
+                                 fm_embedding=vectors, fm_tier=tiers)
+        fits[name] = {"choice": {str(t): used for t, used in fitted.choice.items()},
+                      "validation_rows": {str(t): n for t, n in fitted.validation_rows.items()},
+                      "validation_log_loss": {str(t): cell for t, cell in fitted.validation_log_loss.items()}}
+        log.info("adapter of %s: per tier %s (validation rows %s)", name, fitted.choice, fitted.validation_rows)
+        return model
+
     return FineTunedVMs(
-        baseline=tuned("baseline", models.baseline),
-        distilled=tuned("distilled", models.distilled, teacher_logits=tail_teacher),
-        solaris=tuned("solaris", models.baseline, evaluation.SOLARIS_ALL),
-        solaris_distilled=tuned("solaris_distilled", models.distilled, evaluation.SOLARIS_ALL,
-                                teacher_logits=tail_teacher),
-        control=tuned("solaris", models.baseline, evaluation.SOLARIS_NONE),
-        placebo=tuned("solaris", models.baseline, evaluation.SOLARIS_PLACEBO),
-        oracle=tuned("solaris", models.baseline, evaluation.SOLARIS_ORACLE),
+        baseline=baseline,
+        distilled=distilled,
+        solaris=adapted(evaluation.SOLARIS_ALL, baseline, models.baseline, evaluation.SOLARIS_ALL),
+        solaris_distilled=adapted("solaris_distilled", distilled, models.distilled, evaluation.SOLARIS_ALL),
+        control=adapted(evaluation.SOLARIS_NONE, baseline, models.baseline, evaluation.SOLARIS_NONE),
+        placebo=adapted(evaluation.SOLARIS_PLACEBO, baseline, models.baseline, evaluation.SOLARIS_PLACEBO),
+        oracle=adapted(evaluation.SOLARIS_ORACLE, baseline, models.baseline, evaluation.SOLARIS_ORACLE),
         seconds=time.monotonic() - started,
+        adapters=fits,
     )
 
 
@@ -642,7 +678,7 @@ def predict_scored(
     started = time.monotonic()
     features_scored = data.features.take(rows.scored)
 
-    def fed(model: VerticalModel, vectors: np.ndarray, tiers: np.ndarray) -> np.ndarray:
+    def fed(model: nn.Module, vectors: np.ndarray, tiers: np.ndarray) -> np.ndarray:
         return predict(model, features_scored, {"fm_embedding": vectors, "fm_tier": tiers})
 
     _fm_threads(config)
@@ -655,9 +691,9 @@ def predict_scored(
         by_variant[name] = fed(tuned.solaris, *evaluation.served_up_to_tier(
             served_vectors, served_tiers, evaluation.SOLARIS_MAX_TIER[name]))
     by_variant["solaris_distilled"] = fed(tuned.solaris_distilled, served_vectors, served_tiers)
-    for name, model in ((evaluation.SOLARIS_NONE, tuned.control), (evaluation.SOLARIS_PLACEBO, tuned.placebo),
-                        (evaluation.SOLARIS_ORACLE, tuned.oracle)):
-        by_variant[name] = fed(model, *inputs.scored[name])
+    for name, fed_model in ((evaluation.SOLARIS_NONE, tuned.control), (evaluation.SOLARIS_PLACEBO, tuned.placebo),
+                            (evaluation.SOLARIS_ORACLE, tuned.oracle)):
+        by_variant[name] = fed(fed_model, *inputs.scored[name])
     return ScoredPredictions(by_variant, served_tiers, time.monotonic() - started)
 
 
@@ -690,7 +726,7 @@ def score_seed(
             score_requests_s=predictions.seconds,
             seed_wall_s=float("nan"),  # the caller's clock: with_wall_time
         ),
-        models={"versions": models.versions, "reused": list(models.reused)},
+        models={"versions": models.versions, "reused": list(models.reused), "adapters": dict(tuned.adapters)},
         replay={"seed": replayed.seed, "ticks": replayed.ticks, "ticks_run": replayed.ticks_run,
                 "cleared": replayed.cleared},
         requests={
@@ -830,7 +866,8 @@ def _saved_seed(seed_dir: Path, fingerprint: str) -> tuple[SeedResult, dict[str,
                  seed_dir, saved.get("fingerprint"), fingerprint)
         return None
     with np.load(scored_path) as scored:
-        return SeedResult.from_dict(saved["result"]), {name: scored[name] for name in scored.files if name in VARIANTS}
+        return SeedResult.from_dict(saved["result"]), {name: scored[name] for name in scored.files
+                                                       if name in VARIANTS or name == SERVED_TIER}
 
 
 def _save_seed(seed_dir: Path, fingerprint: str, result: SeedResult, predictions: ScoredPredictions) -> None:
@@ -848,6 +885,9 @@ def _seed_result(
     seed: int, seed_dir: Path, force_cleared: set[Path], force: bool,
 ) -> tuple[SeedResult, dict[str, np.ndarray]]:
     """One seed of one window: its saved result when the fingerprint matches, else computed and saved.
+
+    Returns the result and the scored predictions by variant, plus the tier that served each scored
+    request under :data:`SERVED_TIER`.
 
     ``--force`` clears the seed's folder and its replay folder first, each once per run
     (``force_cleared``: not again for the next seed sharing the replay).
@@ -884,7 +924,7 @@ def _seed_result(
                                           evaluation.SOLARIS_PLACEBO, evaluation.SOLARIS_ORACLE)),
         _coverage_text(result.coverage),
     )
-    return result, predictions.by_variant
+    return result, {**predictions.by_variant, SERVED_TIER: predictions.served_tier}
 
 
 @dataclass(frozen=True)
@@ -914,7 +954,13 @@ def _evaluate_window(
         results.append(result)
         per_seed_predictions.append(predictions)
     events = data.events
-    scored = ScoredRequests(events.user_id[rows.scored], events.label[rows.scored], tuple(per_seed_predictions))
+    # one replay serves every seed of the window (share_replay): the first seed's tiers are the window's;
+    # without it each seed has its own, and the per-tier strata are left out
+    tiers = [predictions.pop(SERVED_TIER, None) for predictions in per_seed_predictions]
+    first = tiers[0]
+    same_tiers = first is not None and all(t is not None and np.array_equal(t, first) for t in tiers)
+    scored = ScoredRequests(events.user_id[rows.scored], events.label[rows.scored], tuple(per_seed_predictions),
+                            first if same_tiers else None)
     return WindowOutcome(window, tuple(results), scored)
 
 
@@ -984,6 +1030,7 @@ def run(
         intervals=intervals,
         per_seed=tuple(result for o in outcomes for result in o.results),
         wall_s=time.monotonic() - wall,
+        adapter=config.model.adapter,
     )
     paths = write_report(out_dir, summary)
     log.info("evaluation written: %s", ", ".join(str(p) for p in paths))

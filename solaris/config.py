@@ -227,11 +227,29 @@ class DistillationConfig(_Strict):
     teacher_folds: int = Field(2, ge=2)  # extra FM trainings per distilled VM, each on (folds-1)/folds of the data
 
 
+class AdapterConfig(_Strict):
+    """How the VM+SOLARIS model consumes the served FM values (:mod:`solaris.models.adapter`).
+
+    ``adapter``: the VM (baseline or distilled, unchanged) plus a per-tier residual on its logit from
+    the FM score of the served vector (and, with ``vector``, a projection of the vector), fit as a
+    ridge logistic regression on the served log with the VM frozen; a tier is switched off when it
+    does not lower its own rows' log loss on the log's latest slice. ``concat``: the earlier design,
+    the vector and a one-hot of its tier concatenated into the VM's first layer and fine-tuned with
+    the VM (docs/models.md compares both).
+    """
+
+    design: Literal["adapter", "concat"] = "adapter"
+    vector: bool = True  # adapter: a per-tier projection of the standardised vector beside the FM score
+    l2: float = Field(1e-3, ge=0)  # adapter: ridge weight on its parameters (inputs are standardised per tier)
+    min_validation_rows: int = Field(50, ge=1)  # adapter: a tier with fewer validation rows stays off
+
+
 class ModelConfig(_Strict):
     embedding_dim: int = Field(64, ge=1, le=4096)
     history_length: int = Field(64, ge=1)
     fm: FMConfig = FMConfig()
     vm: VMConfig = VMConfig()
+    adapter: AdapterConfig = AdapterConfig()
     training: TrainingConfig = TrainingConfig()
     distillation: DistillationConfig = DistillationConfig()
 

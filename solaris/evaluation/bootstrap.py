@@ -32,6 +32,7 @@ from solaris.evaluation.protocol import (
     TRANSFER_VARIANTS,
     VARIANTS,
 )
+from solaris.tiers import SERVING_ORDER
 
 _EPS = 1e-7
 BASELINE, UPPER_BOUND = "vm_baseline", "fm"
@@ -148,12 +149,49 @@ class IntervalSummary:
         )
 
 
+# (variant, reference) pairs compared on the scored requests one tier served: what the tier's values
+# carry (against the placebo and the VM fed nothing) and how far it stays from the ceiling
+TIER_COMPARISONS: tuple[tuple[str, str], ...] = (
+    (SOLARIS_ALL, SOLARIS_PLACEBO),
+    (SOLARIS_ALL, SOLARIS_NONE),
+    (SOLARIS_ALL, SOLARIS_ORACLE),
+    ("solaris_distilled", "vm_distilled"),
+)
+
+
+@dataclass(frozen=True)
+class TierStratum:
+    """The scored requests a tier served (pooled over seeds): their share and paired ΔNE intervals.
+
+    ``ne_difference`` by ``<variant>-vs-<reference>`` (:data:`TIER_COMPARISONS`); ``ne`` per variant
+    on these requests. ``SOLARIS_ALL - oracle`` is the distance from the ceiling on them.
+    """
+
+    tier: int
+    requests: int
+    users: int
+    share: float
+    ne: Mapping[str, Interval]
+    ne_difference: Mapping[str, Interval]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tier": self.tier, "requests": self.requests, "users": self.users, "share": self.share,
+                "ne": {k: v.to_dict() for k, v in self.ne.items()},
+                "ne_difference": {k: v.to_dict() for k, v in self.ne_difference.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TierStratum:
+        return cls(int(data["tier"]), int(data["requests"]), int(data["users"]), float(data["share"]),
+                   _intervals(data["ne"]), _intervals(data["ne_difference"]))
+
+
 @dataclass(frozen=True)
 class BootstrapIntervals:
     """The user-bootstrap intervals of an evaluation (``metrics.json``'s ``intervals``).
 
     ``pooled``: statistics averaged over seeds on every window's requests; ``per_seed``: one seed at
-    a time (same resamples); ``per_window``: by window T0, pooled over seeds (with more than one window).
+    a time (same resamples); ``per_window``: by window T0, pooled over seeds (with more than one window);
+    ``per_tier``: the requests each serving tier answered, pooled over seeds (when the tiers are known).
     """
 
     resamples: int
@@ -164,6 +202,7 @@ class BootstrapIntervals:
     pooled: IntervalSummary
     per_seed: tuple[IntervalSummary, ...]
     per_window: Mapping[str, IntervalSummary] = field(default_factory=dict)
+    per_tier: Mapping[str, TierStratum] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"resamples": self.resamples, "confidence": self.confidence, "n_requests": self.n_requests,
@@ -171,6 +210,8 @@ class BootstrapIntervals:
                "per_seed": [cell.to_dict() for cell in self.per_seed]}
         if self.per_window:
             out["per_window"] = {t0: cell.to_dict() for t0, cell in self.per_window.items()}
+        if self.per_tier:
+            out["per_tier"] = {tier: cell.to_dict() for tier, cell in self.per_tier.items()}
         return out
 
     @classmethod
@@ -180,6 +221,7 @@ class BootstrapIntervals:
             int(data["n_seeds"]), IntervalSummary.from_dict(data["pooled"]),
             tuple(IntervalSummary.from_dict(cell) for cell in data["per_seed"]),
             {t0: IntervalSummary.from_dict(cell) for t0, cell in data.get("per_window", {}).items()},
+            {tier: TierStratum.from_dict(cell) for tier, cell in data.get("per_tier", {}).items()},
         )
 
 
@@ -314,12 +356,14 @@ class ScoredRequests:
     """The scored requests of an evaluation and every seed's predictions on them.
 
     ``predictions[s][variant]`` are seed ``s``'s probabilities, aligned with ``users``/``labels``
-    (the requests are the same for every seed; the models differ).
+    (the requests are the same for every seed; the models differ). ``served_tier``: the tier that
+    served each request (the same for every seed: one replay per window), for the per-tier strata.
     """
 
     users: np.ndarray
     labels: np.ndarray
     predictions: tuple[dict[str, np.ndarray], ...]
+    served_tier: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if not self.predictions:
@@ -328,6 +372,8 @@ class ScoredRequests:
             for variant, values in seed_predictions.items():
                 if np.asarray(values).shape != np.asarray(self.labels).shape:
                     raise ValueError(f"predictions of {variant} are not aligned with the labels")
+        if self.served_tier is not None and np.asarray(self.served_tier).shape != np.asarray(self.labels).shape:
+            raise ValueError("served tiers are not aligned with the labels")
 
     @staticmethod
     def concatenate(parts: Iterable["ScoredRequests"]) -> "ScoredRequests":
@@ -336,6 +382,7 @@ class ScoredRequests:
         n_seeds = {len(p.predictions) for p in parts}
         if len(n_seeds) != 1:
             raise ValueError("every window needs predictions from the same seeds")
+        tiers = [p.served_tier for p in parts]
         return ScoredRequests(
             np.concatenate([p.users for p in parts]),
             np.concatenate([p.labels for p in parts]),
@@ -343,6 +390,7 @@ class ScoredRequests:
                 {v: np.concatenate([p.predictions[s][v] for p in parts]) for v in parts[0].predictions[s]}
                 for s in range(n_seeds.pop())
             ),
+            None if any(t is None for t in tiers) else np.concatenate([t for t in tiers if t is not None]),
         )
 
 
@@ -384,6 +432,40 @@ def _summarise(
     )
 
 
+def tier_strata(
+    requests: ScoredRequests, codes: np.ndarray, counts: np.ndarray, confidence: float
+) -> dict[str, TierStratum]:
+    """:class:`TierStratum` of every serving tier that answered scored requests (same user draws).
+
+    ``counts`` row 0 is the data as observed, the others the resamples (as in
+    :func:`bootstrap_intervals`); NE is averaged over seeds, then differenced within each resample.
+    """
+    if requests.served_tier is None:
+        return {}
+    served = np.asarray(requests.served_tier)
+    present = {v for pair in TIER_COMPARISONS for v in pair}
+    for predictions in requests.predictions:
+        present &= set(predictions)
+    variants = sorted(present)
+    out = {}
+    for tier in SERVING_ORDER:
+        rows = np.flatnonzero(served == tier)
+        if rows.size == 0:
+            continue
+        ne = {v: np.mean([weighted_ne(requests.labels[rows], p[v][rows], codes[rows], counts)
+                          for p in requests.predictions], axis=0) for v in variants}
+        out[str(tier)] = TierStratum(
+            tier=tier, requests=int(rows.size), users=int(np.unique(codes[rows]).size),
+            share=float(rows.size / served.size),
+            ne={v: percentile_interval(float(values[0]), values[1:], confidence) for v, values in ne.items()},
+            ne_difference={
+                f"{a}-vs-{b}": percentile_interval(float(ne[a][0] - ne[b][0]), ne[a][1:] - ne[b][1:], confidence)
+                for a, b in TIER_COMPARISONS if a in ne and b in ne
+            },
+        )
+    return out
+
+
 def bootstrap_intervals(
     requests: ScoredRequests, resamples: int = 1000, seed: int = 0, confidence: float = 0.95
 ) -> BootstrapIntervals:
@@ -421,6 +503,7 @@ def bootstrap_intervals(
         pooled=_summarise(mean_over_seeds(per_seed_estimate), mean_over_seeds(per_seed_replicates), confidence),
         per_seed=tuple(_summarise(e, r, confidence)
                        for e, r in zip(per_seed_estimate, per_seed_replicates, strict=True)),
+        per_tier=tier_strata(requests, codes, counts, confidence),
     )
 
 

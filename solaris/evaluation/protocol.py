@@ -86,7 +86,7 @@ SOLARIS_MAX_TIER = {
 TRANSFER_VARIANTS = tuple(v for v in VARIANTS if v not in ("fm", "vm_baseline"))
 METRIC_KEYS = ("log_loss", "ne", "auc", "calibration", "transfer_ratio")
 # Part of every seed result's fingerprint: a result.json of an older protocol or format is recomputed
-SEED_RESULT_VERSION = 2
+SEED_RESULT_VERSION = 3
 # The evaluation trains and fine-tunes its VMs on one thread: the same seed gives bit-identical VMs
 VM_THREADS = 1
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from solaris.evaluation.bootstrap import BootstrapIntervals, Comparison, Interval
+from solaris.evaluation.bootstrap import TIER_COMPARISONS, BootstrapIntervals, Comparison, Interval
 from solaris.evaluation.protocol import (
     ABLATION,
     PRETRAINED,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from solaris.config import EvaluationConfig
+    from solaris.config import AdapterConfig, EvaluationConfig
 
 
 def tiers_label(max_tier: int) -> str:
@@ -101,6 +101,7 @@ class EvaluationSummary:
     intervals: BootstrapIntervals
     per_seed: tuple[SeedResult, ...]
     wall_s: float
+    adapter: AdapterConfig | None = None  # how the VM+SOLARIS variants read the served values
 
     @classmethod
     def of(cls, aggregate: SeedAggregate, **parts: Any) -> EvaluationSummary:
@@ -115,6 +116,7 @@ class EvaluationSummary:
             "coverage": {key: cell.to_dict() for key, cell in self.coverage.items()},
             "cost": self.cost.to_dict(), "intervals": self.intervals.to_dict(),
             "per_seed": [result.to_dict() for result in self.per_seed], "wall_s": self.wall_s,
+            **({"adapter": self.adapter.model_dump(mode="json")} if self.adapter is not None else {}),
         }
 
 
@@ -202,10 +204,43 @@ def _setup_lines(summary: EvaluationSummary) -> list[str]:
         "validation NE. Only the input differs between the VM+SOLARIS variants: what serving returned, nothing "
         "(control), the served values permuted within each tier (placebo), the exact pair for every request "
         "(oracle); each is trained on the input it is scored with.",
+        _adapter_line(summary.adapter),
         "- Every feature is point-in-time: histories strictly before the request; FM embeddings from the snapshot "
         "published at the last tick before it (older than the request, TTL enforced by the resolver); the "
         "oracle's from the history strictly before that tick.",
     ]
+
+
+def _adapter_line(adapter: AdapterConfig | None) -> str:
+    if adapter is None or adapter.design == "concat":
+        return ("- VM+SOLARIS input (`model.adapter.design: concat`): the served vector and a one-hot of its tier in "
+                "the VM's first layer, fine-tuned with the VM.")
+    return ("- VM+SOLARIS input (`model.adapter.design: adapter`): the fine-tuned VM (baseline; distilled for "
+            "VM+SOLARIS+distilled), frozen, plus a per-tier residual on its logit from the FM score of the served "
+            f"vector{' and a projection of the vector' if adapter.vector else ''}, a ridge logistic regression "
+            f"(l2 {adapter.l2:g}) fit on the tail's served values on top of the VM before its fine-tune (out of "
+            "sample); a tier is switched off when it does not lower its own tail-validation rows' log loss. The "
+            "control is then the fine-tuned VM itself (nothing served adds nothing).")
+
+
+def _tier_rows(summary: EvaluationSummary) -> list[str]:
+    """Per serving tier: its scored requests and what its values do to them (pooled over seeds)."""
+    strata = summary.intervals.per_tier
+    if not strata:
+        return []
+    heads = [f"{LABELS[a]} − {LABELS[b]}" for a, b in TIER_COMPARISONS]
+    lines = [
+        "## Per serving tier (the scored requests each tier answered, ΔNE pooled over seeds [95 %])",
+        "",
+        "| tier | requests (share) | users | " + " | ".join(heads) + " |",
+        "|---|---|---|" + "---|" * len(heads),
+    ]
+    for key, cell in strata.items():
+        cells = [interval_text(cell.ne_difference.get(f"{a}-vs-{b}"), 4) for a, b in TIER_COMPARISONS]
+        lines.append(f"| {key} ({TIER_NAMES[cell.tier]}) | {cell.requests:,} ({100 * cell.share:.1f} %) | "
+                     f"{cell.users:,} | " + " | ".join(cells) + " |")
+    return [*lines, "", f"{LABELS[SOLARIS_ALL]} − {LABELS[SOLARIS_ORACLE]} is the distance from the ceiling on "
+            "the tier's requests (> 0: the exact pair would do better).", ""]
 
 
 def _variant_rows(summary: EvaluationSummary) -> list[str]:
@@ -324,6 +359,7 @@ def render_markdown(summary: EvaluationSummary, plots: list[str]) -> str:
         *_split_lines(summary),
         "Published: SOLARIS 42\u201344 %, distillation 20\u201325 % transfer.",
         "",
+        *_tier_rows(summary),
         *_coverage_and_cost_lines(summary),
         "",
         "## Plots",

@@ -21,6 +21,7 @@ from torch import nn
 
 from solaris.config import SolarisConfig, TrainingConfig
 from solaris.models import metrics
+from solaris.models.adapter import AdaptedVM, AdapterFit, AdapterSpec, fit_adapter
 from solaris.models.common import seed_everything, to_tensors
 from solaris.models.features import Features, HistoryIndex, time_split, training_features
 from solaris.models.fm import FMSpec, FoundationModel
@@ -380,6 +381,42 @@ def train_vm(
         name=f"VM[{variant}]",
         keep_initial=keep_initial,
     )
+
+
+def adapt_vm(
+    config: SolarisConfig,
+    body: nn.Module,
+    fm: FoundationModel,
+    *,
+    reference: nn.Module,
+    features: Features,
+    labels: np.ndarray,
+    ts_seconds: np.ndarray,
+    fm_embedding: np.ndarray,
+    fm_tier: np.ndarray,
+) -> tuple[AdaptedVM, AdapterFit]:
+    """The VM+SOLARIS model of the adapter design: ``body`` frozen plus a tier adapter fit on a served log.
+
+    ``features``/``labels``/``ts_seconds`` are the served log's requests, ``fm_embedding``/``fm_tier``
+    what serving returned for them (from an FM that never trained on them). The adapter is fit on
+    top of ``reference``'s logits, which must be out of sample for these rows (e.g. the VM before
+    its fine-tune on them); the returned model puts it on ``body`` (e.g. that fine-tuned VM).
+    """
+    settings = config.model.adapter
+    _, reference_logits, _ = predict(reference, features, with_embeddings=True)
+    adapter, fitted = fit_adapter(
+        AdapterSpec(config.model.embedding_dim, settings.vector), fm.head,
+        body_logits=reference_logits, labels=labels, ts_seconds=ts_seconds,
+        vectors=np.asarray(fm_embedding, dtype=np.float32), tiers=np.asarray(fm_tier, dtype=np.int64),
+        l2=settings.l2, validation_fraction=config.model.training.validation_fraction,
+        min_validation_rows=settings.min_validation_rows,
+    )
+    frozen = copy.deepcopy(body)
+    for parameter in frozen.parameters():
+        parameter.requires_grad_(False)
+    model = AdaptedVM(frozen, adapter)
+    model.eval()
+    return model, fitted
 
 
 def warm_start_vm(base: VerticalModel, spec: VMSpec) -> VerticalModel:

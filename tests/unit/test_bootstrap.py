@@ -180,3 +180,29 @@ def test_the_report_states_the_controls_the_ceiling_and_the_fine_tune_with_inter
     assert (comparison.variant, comparison.reference) == (SOLARIS_ORACLE, SOLARIS_PLACEBO)
     assert comparison.ne_difference.bounded and comparison.to_dict()["ne_difference"].keys() == {
         "estimate", "low", "high", "undefined_share"}
+
+
+def test_tier_strata_compare_the_variants_on_the_requests_each_tier_served():
+    from solaris.evaluation.protocol import SOLARIS_ORACLE, SOLARIS_PLACEBO
+
+    rng = np.random.default_rng(8)
+    requests = _requests(rng)
+    tiers = np.where(np.arange(requests.labels.size) % 3 == 0, 1, 3)  # tier 1 on a third of the requests
+    for predictions in requests.predictions:  # on tier 1 the served values help; on tier 3 they are noise
+        weak = predictions[SOLARIS_PLACEBO]
+        predictions[SOLARIS_ALL] = np.where(tiers == 1, predictions["fm"], weak)
+        predictions[SOLARIS_ORACLE] = predictions["fm"]
+    requests = bootstrap.ScoredRequests(requests.users, requests.labels, requests.predictions, tiers)
+    strata = bootstrap.bootstrap_intervals(requests, resamples=200, seed=1).per_tier
+    assert set(strata) == {"1", "3"}
+    assert strata["1"].requests == 200 and strata["1"].share == pytest.approx(1 / 3)
+    versus_placebo = f"{SOLARIS_ALL}-vs-{SOLARIS_PLACEBO}"
+    assert strata["1"].ne_difference[versus_placebo].high < 0  # the pair's values carry signal
+    assert strata["3"].ne_difference[versus_placebo].estimate == 0.0  # identical predictions: no difference
+    assert strata["3"].ne_difference[f"{SOLARIS_ALL}-vs-{SOLARIS_ORACLE}"].low > 0  # far from the ceiling there
+    assert strata["1"].ne_difference[f"{SOLARIS_ALL}-vs-{SOLARIS_ORACLE}"].estimate == 0.0
+    restored = bootstrap.BootstrapIntervals.from_dict(
+        bootstrap.bootstrap_intervals(requests, resamples=20, seed=1).to_dict())
+    assert restored.per_tier["1"] == bootstrap.bootstrap_intervals(requests, resamples=20, seed=1).per_tier["1"]
+    with pytest.raises(ValueError, match="tiers"):
+        bootstrap.ScoredRequests(requests.users, requests.labels, requests.predictions, tiers[:-1])

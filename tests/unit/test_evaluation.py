@@ -156,7 +156,7 @@ def _summary(tmp_path, t0s=(T0,)):
     predictions["fm"] = 1 / (1 + np.exp(-4 * strong))
     variants = evaluation.variant_metrics(labels, predictions)
     results = tuple(_seed_result(variants, seed, t0=t0) for t0 in t0s for seed in (1, 2))
-    requests = ScoredRequests(users, labels, (predictions, predictions))
+    requests = ScoredRequests(users, labels, (predictions, predictions), np.arange(400) % 4)  # tiers 0-3
     intervals = bootstrap_intervals(requests, resamples=50)
     if len(t0s) > 1:
         intervals = replace(intervals, per_window={t0.isoformat(): intervals.pooled for t0 in t0s})
@@ -166,6 +166,7 @@ def _summary(tmp_path, t0s=(T0,)):
         scored_users=40,
         settings=load_config(overrides=["evaluation.tail_hours=2", "evaluation.eval_hours=3"]).evaluation,
         warehouse=str(tmp_path), seeds=(1, 2), intervals=intervals, per_seed=results, wall_s=float("nan"),
+        adapter=load_config().model.adapter,
     )
 
 
@@ -195,6 +196,11 @@ def test_report_files_from_a_summary(tmp_path):
         assert line in verdict, line
     assert "includes 0: no difference shown" in verdict
     assert all((tmp_path / n).stat().st_size > 5000 for n in names if n.endswith(".png"))
+    # per serving tier: the requests it answered and the differences on them (tier 0 is no tier)
+    tiers = report.split("## Per serving tier")[1].split("##")[0]
+    assert "| 1 (pair) | 100 (25.0 %)" in tiers and "| 3 (user aggregate) |" in tiers and "| 0 " not in tiers
+    assert set(saved["intervals"]["per_tier"]) == {"1", "2", "3"}
+    assert "model.adapter.design: adapter" in report
 
 
 def test_the_report_shows_each_window_and_pooled(tmp_path):
@@ -219,7 +225,7 @@ def test_metrics_json_keeps_its_form_and_the_typed_results_round_trip(tmp_path):
     summary = _summary(tmp_path)
     saved = json.loads(metrics_json(summary))
     assert list(saved) == ["output", "t0", "windows", "requests", "settings", "warehouse", "seeds", "variants",
-                           "coverage", "cost", "intervals", "per_seed", "wall_s"]
+                           "coverage", "cost", "intervals", "per_seed", "wall_s", "adapter"]
     assert set(saved["variants"]) == set(evaluation.VARIANTS)
     assert set(saved["variants"]["fm"]) == {*evaluation.METRIC_KEYS, "transfer_ratio_pooled"}
     assert saved["variants"]["fm"]["ne"].keys() == {"mean", "std", "n"}
