@@ -84,9 +84,10 @@ def main() -> None:
 
     def torch_pass(n: int) -> None:
         features = features_from_histories(
-            inputs["user_id"][:n], inputs["item_id"][:n], inputs["offsets"][: n + 1], inputs["hist_items"],
-            inputs["hist_labels"], inputs["hist_ts"], inputs["item_count"][:n], inputs["item_likes"][:n],
-            inputs["user_count"][:n], request_ts, config.model.history_length)
+            inputs["user_id"][:n], inputs["item_id"][:n], hist_offsets=inputs["offsets"][: n + 1],
+            hist_items=inputs["hist_items"], hist_labels=inputs["hist_labels"], hist_ts=inputs["hist_ts"],
+            item_count=inputs["item_count"][:n], item_likes=inputs["item_likes"][:n],
+            user_count=inputs["user_count"][:n], request_ts=request_ts, history_length=config.model.history_length)
         out = np.empty((n, dim), dtype=np.float32)
         with torch.inference_mode():
             for start in range(0, n, batch_size):

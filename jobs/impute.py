@@ -81,7 +81,8 @@ def make_imputer(dim: int, min_neighbors: int,
             users = users[group_starts(users)]
             has = table.filter(pc.is_valid(table.column("neighbor_embedding")))  # neighbours with an aggregate
             result = impute_users(has.column("user_id").to_numpy(), has.column("similarity").to_numpy(),
-                                  decode(has.column("neighbor_embedding"), dim), min_neighbors, min_similarity)
+                                  decode(has.column("neighbor_embedding"), dim), min_neighbors=min_neighbors,
+                                  min_similarity=min_similarity)
             at = np.searchsorted(users, result.user_ids)
             missed = np.ones(len(users), dtype=bool)
             missed[at] = False

@@ -132,9 +132,10 @@ def score_batch(batch: pa.RecordBatch, spec: ScoringSpec, device: str) -> pa.Rec
     _, labels = list_parts(columns["hist_labels"])
     _, times = list_parts(columns["hist_ts"])
     features = features_from_histories(
-        columns["user_id"].to_numpy(), columns["item_id"].to_numpy(), offsets, items, labels, times,
-        columns["item_count"].to_numpy(), columns["item_likes"].to_numpy(), columns["user_count"].to_numpy(),
-        spec.request_ts, spec.history_length,
+        columns["user_id"].to_numpy(), columns["item_id"].to_numpy(), hist_offsets=offsets, hist_items=items,
+        hist_labels=labels, hist_ts=times, item_count=columns["item_count"].to_numpy(),
+        item_likes=columns["item_likes"].to_numpy(), user_count=columns["user_count"].to_numpy(),
+        request_ts=spec.request_ts, history_length=spec.history_length,
     )
     embeddings = np.empty((n, spec.embedding_dim), dtype=np.float32)
     fm_scores = np.empty(n, dtype=np.float32)

@@ -72,9 +72,11 @@ def make_user_representer(fm_checkpoint: str, embedding_dim: int, history_length
             _, labels = list_parts(batch.column("hist_labels"))
             _, times = list_parts(batch.column("hist_ts"))
             zeros = np.zeros(n, dtype=np.int64)
-            features = features_from_histories(batch.column("user_id").to_numpy(), zeros, offsets, items, labels, times,
-                                               zeros, zeros.astype(np.float64), batch.column("user_count").to_numpy(),
-                                               request_ts, history_length)
+            features = features_from_histories(
+                batch.column("user_id").to_numpy(), zeros, hist_offsets=offsets, hist_items=items,
+                hist_labels=labels, hist_ts=times, item_count=zeros, item_likes=zeros.astype(np.float64),
+                user_count=batch.column("user_count").to_numpy(), request_ts=request_ts,
+                history_length=history_length)
             vectors = np.empty((n, embedding_dim), dtype=np.float32)
             with torch.inference_mode():
                 for start in range(0, n, batch_size):

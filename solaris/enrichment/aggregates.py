@@ -123,14 +123,17 @@ def impute_users(
     user_ids: np.ndarray,
     similarities: np.ndarray,
     neighbor_embeddings: np.ndarray,
-    min_neighbors: int = 3,
-    min_similarity: float = 0.0,
+    *,
+    min_neighbors: int,
+    min_similarity: float,
 ) -> Imputations:
     """Similarity-weighted mean of each user's neighbours that are similar enough.
 
     One row per (user, neighbour *that has an aggregate*), in the user's neighbour order. A
     neighbour counts when its similarity is finite, ``>= min_similarity`` and ``> 0``; a user needs
     at least ``max(min_neighbors, 1)`` of them, and gets nothing if any of them has a non-finite value.
+    Both settings are keyword-only without defaults: the job passes ``enrichment.min_neighbors`` /
+    ``min_similarity``, the config is their one source.
     """
     ids = all_ids = np.asarray(user_ids, dtype=np.int64)
     sims = np.asarray(similarities, dtype=np.float64)

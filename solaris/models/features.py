@@ -197,6 +197,7 @@ def pad_histories(
 def features_from_histories(
     user_id: np.ndarray,
     item_id: np.ndarray,
+    *,
     hist_offsets: np.ndarray,
     hist_items: ArrayLike,
     hist_labels: ArrayLike,

@@ -96,7 +96,8 @@ def test_vectorised_aggregates_match_the_per_user_definition(mode, l2):
     assert result.embeddings.dtype == np.float32
 
 
-def _impute_one(sims, vectors, **kwargs):
+def _impute_one(sims, vectors, min_neighbors=1, min_similarity=0.0):
+    kwargs = {"min_neighbors": min_neighbors, "min_similarity": min_similarity}
     result = impute_users(
         np.zeros(len(sims), np.int64), np.asarray(sims), np.asarray(vectors, dtype=np.float64), **kwargs
     )

@@ -100,9 +100,11 @@ def test_features_from_histories_match_the_history_index():
     offsets = np.r_[0, np.cumsum([len(rows) for rows in lists])]
     flat = np.concatenate(lists)
     user_counts = np.array([(users == u).sum() for u in range(20)])
-    got = features_from_histories(np.arange(20), np.full(20, 7), offsets, items[flat], labels[flat], ts[flat],
-                                  np.full(20, (items == 7).sum()), np.full(20, labels[items == 7].sum()),
-                                  user_counts, request, 6)
+    got = features_from_histories(np.arange(20), np.full(20, 7), hist_offsets=offsets, hist_items=items[flat],
+                                  hist_labels=labels[flat], hist_ts=ts[flat],
+                                  item_count=np.full(20, (items == 7).sum()),
+                                  item_likes=np.full(20, labels[items == 7].sum()), user_count=user_counts,
+                                  request_ts=request, history_length=6)
     np.testing.assert_array_equal(got.hist_mask, expected.hist_mask)
     np.testing.assert_array_equal(got.hist_labels, expected.hist_labels)
     np.testing.assert_allclose(got.hist_age, expected.hist_age, atol=1e-6)
