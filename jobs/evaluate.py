@@ -667,6 +667,16 @@ def fine_tune(
     )
 
 
+def fm_head_probabilities(fm: nn.Module, embeddings: np.ndarray) -> np.ndarray:
+    """The FM's click probability from its pair embeddings (its linear head), e.g. the oracle's vectors."""
+    import torch
+
+    head = cast("FoundationModel", fm).head
+    with torch.inference_mode():
+        logits = head(torch.as_tensor(np.ascontiguousarray(embeddings, dtype=np.float32))).squeeze(-1)
+    return torch.sigmoid(logits).numpy()
+
+
 def predict_scored(
     config: SolarisConfig, rows: WindowRows, data: EvaluationData, *, models: TrainedModels, tuned: FineTunedVMs,
     inputs: FedInputs,
@@ -682,7 +692,8 @@ def predict_scored(
         return predict(model, features_scored, {"fm_embedding": vectors, "fm_tier": tiers})
 
     _fm_threads(config)
-    by_variant = {"fm": predict(models.fm, features_scored)}
+    by_variant = {"fm": predict(models.fm, features_scored),
+                  evaluation.FM_AT_TICK: fm_head_probabilities(models.fm, inputs.scored[evaluation.SOLARIS_ORACLE][0])}
     for name, model in ((evaluation.PRETRAINED["vm_baseline"], models.baseline), ("vm_baseline", tuned.baseline),
                         (evaluation.PRETRAINED["vm_distilled"], models.distilled), ("vm_distilled", tuned.distilled)):
         by_variant[name] = predict(model, features_scored)
@@ -917,11 +928,12 @@ def _seed_result(
     result = result.with_wall_time(time.monotonic() - started)
     _save_seed(seed_dir, fingerprint, result, predictions)
     log.info(
-        "seed %d done in %.0fs: NE fm %.4f, vm %.4f, distilled %.4f, solaris all tiers %.4f, placebo %.4f, "
-        "oracle %.4f; coverage %s",
+        "seed %d done in %.0fs: NE fm %.4f, fm at the serving tick %.4f, vm %.4f, distilled %.4f, solaris all "
+        "tiers %.4f, placebo %.4f, oracle %.4f; coverage %s",
         seed, result.cost.seed_wall_s,
-        *(result.variants[v].ne for v in ("fm", "vm_baseline", "vm_distilled", evaluation.SOLARIS_ALL,
-                                          evaluation.SOLARIS_PLACEBO, evaluation.SOLARIS_ORACLE)),
+        *(result.variants[v].ne for v in ("fm", evaluation.FM_AT_TICK, "vm_baseline", "vm_distilled",
+                                          evaluation.SOLARIS_ALL, evaluation.SOLARIS_PLACEBO,
+                                          evaluation.SOLARIS_ORACLE)),
         _coverage_text(result.coverage),
     )
     return result, {**predictions.by_variant, SERVED_TIER: predictions.served_tier}

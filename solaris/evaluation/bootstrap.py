@@ -24,6 +24,7 @@ import numpy as np
 
 from solaris.evaluation.protocol import (
     ABLATION,
+    FM_AT_TICK,
     PRETRAINED,
     SOLARIS_ALL,
     SOLARIS_NONE,
@@ -38,6 +39,9 @@ _EPS = 1e-7
 BASELINE, UPPER_BOUND = "vm_baseline", "fm"
 # (variant, reference) pairs the report states a verdict on: difference of NE and of transfer ratio
 COMPARISONS: tuple[tuple[str, str], ...] = (
+    # the ceiling's own input: the FM limited to the history as of the serving tick, against the FM and the VM
+    (FM_AT_TICK, UPPER_BOUND),
+    (FM_AT_TICK, "vm_baseline"),
     # against distillation: all tiers, the distilled variant, tier 1 and the ceiling
     (SOLARIS_ALL, "vm_distilled"),
     ("solaris_distilled", "vm_distilled"),

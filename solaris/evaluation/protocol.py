@@ -15,7 +15,8 @@ is summarised, so each rule can be unit-tested on small arrays:
 * :func:`variant_metrics` / :func:`aggregate_seeds` - per-variant metrics, transfer ratios and
   mean ± std over seeds, as the typed results :class:`SeedResult` / :class:`SeedAggregate`.
 
-Variants (docs/evaluation.md): ``fm`` (upper bound); ``vm_baseline_pretrained`` and
+Variants (docs/evaluation.md): ``fm`` (upper bound); ``fm_at_tick`` (the FM from the history as of the
+serving tick, what the oracle's vector scores through the FM's head); ``vm_baseline_pretrained`` and
 ``vm_distilled_pretrained`` (the VMs trained up to the cutoff, not fine-tuned); ``vm_baseline``,
 ``vm_distilled`` (the same, fine-tuned on the tail); then VM+SOLARIS models, each fine-tuned on
 the tail with the input it is scored with: ``solaris_none`` (the control: "nothing served" on every
@@ -75,8 +76,12 @@ SOLARIS_PLACEBO = "solaris_placebo"
 SOLARIS_ORACLE = "solaris_oracle"
 # the VMs of step 1 (trained up to the cutoff) scored without their fine-tune on the tail
 PRETRAINED = {"vm_baseline": "vm_baseline_pretrained", "vm_distilled": "vm_distilled_pretrained"}
+# The serving FM's own prediction from the history as of the request's serving tick (its head on the
+# oracle's vector). ``fm`` sees the history up to the request itself, which no precomputed value can: the
+# gap between the two is the FM's gain that comes from the last hour's events, out of SOLARIS's reach.
+FM_AT_TICK = "fm_at_tick"
 VARIANTS = (
-    "fm", PRETRAINED["vm_baseline"], "vm_baseline", PRETRAINED["vm_distilled"], "vm_distilled",
+    "fm", FM_AT_TICK, PRETRAINED["vm_baseline"], "vm_baseline", PRETRAINED["vm_distilled"], "vm_distilled",
     SOLARIS_NONE, SOLARIS_PLACEBO, *ABLATION, "solaris_distilled", SOLARIS_ORACLE,
 )
 # variant fed what serving returned -> highest tier of served FM embedding it receives (0: none)
@@ -86,7 +91,7 @@ SOLARIS_MAX_TIER = {
 TRANSFER_VARIANTS = tuple(v for v in VARIANTS if v not in ("fm", "vm_baseline"))
 METRIC_KEYS = ("log_loss", "ne", "auc", "calibration", "transfer_ratio")
 # Part of every seed result's fingerprint: a result.json of an older protocol or format is recomputed
-SEED_RESULT_VERSION = 3
+SEED_RESULT_VERSION = 4
 # The evaluation trains and fine-tunes its VMs on one thread: the same seed gives bit-identical VMs
 VM_THREADS = 1
 

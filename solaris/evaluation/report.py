@@ -20,6 +20,7 @@ import numpy as np
 from solaris.evaluation.bootstrap import TIER_COMPARISONS, BootstrapIntervals, Comparison, Interval
 from solaris.evaluation.protocol import (
     ABLATION,
+    FM_AT_TICK,
     PRETRAINED,
     SOLARIS_ALL,
     SOLARIS_MAX_TIER,
@@ -51,6 +52,7 @@ def tiers_label(max_tier: int) -> str:
 
 LABELS = {
     "fm": "FM (upper bound)",
+    FM_AT_TICK: "FM at the serving tick (history up to the last tick)",
     PRETRAINED["vm_baseline"]: "VM baseline, not fine-tuned", "vm_baseline": "VM baseline",
     PRETRAINED["vm_distilled"]: "VM distilled, not fine-tuned", "vm_distilled": "VM distilled",
     SOLARIS_NONE: "VM+SOLARIS control (nothing served)",

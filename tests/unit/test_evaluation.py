@@ -529,3 +529,20 @@ def test_the_evaluation_fine_tune_gives_the_same_vm_for_the_same_seed():
     tuned = [train_vm(events, config, 11, "solaris", init_from=base, training=training, keep_initial=True,
                       **extras).model.state_dict() for _ in range(2)]
     assert all(torch.equal(tuned[0][k], tuned[1][k]) for k in tuned[0])
+
+
+def test_the_fm_at_the_serving_tick_is_the_fm_head_on_the_oracle_vectors():
+    from solaris.models.fm import FoundationModel
+    from solaris.models.training import fm_spec
+
+    config = load_config(overrides=["model.embedding_dim=8", "model.fm.d_model=8", "model.history_length=4"])
+    rng = np.random.default_rng(2)
+    n = 50
+    ts = np.sort(rng.integers(0, 10 * HOUR, n))
+    features = training_features(rng.integers(0, 9, n), rng.integers(0, 12, n), ts,
+                                 (rng.random(n) < 0.5).astype(np.float32), 4)
+    torch.manual_seed(0)
+    fm = FoundationModel(fm_spec(config))
+    probabilities, _, vectors = predict(fm, features, with_embeddings=True)
+    assert vectors is not None
+    np.testing.assert_allclose(evaluate_job.fm_head_probabilities(fm, vectors), probabilities, rtol=1e-5, atol=1e-6)
