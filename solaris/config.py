@@ -228,17 +228,18 @@ class DistillationConfig(_Strict):
 
 
 class AdapterConfig(_Strict):
-    """How the VM+SOLARIS model consumes the served FM values (:mod:`solaris.models.adapter`).
+    """How the VM+SOLARIS model consumes the served FM values (docs/models.md compares both designs).
 
-    ``adapter``: the VM (baseline or distilled, unchanged) plus a per-tier residual on its logit from
-    the FM score of the served vector (and, with ``vector``, a projection of the vector), fit as a
-    ridge logistic regression on the served log with the VM frozen; a tier is switched off when it
-    does not lower its own rows' log loss on the log's latest slice. ``concat``: the earlier design,
-    the vector and a one-hot of its tier concatenated into the VM's first layer and fine-tuned with
-    the VM (docs/models.md compares both).
+    ``concat`` (default): the vector and a one-hot of its tier concatenated into the VM's first layer
+    (new weights starting at zero), fine-tuned with the VM. ``adapter`` (:mod:`solaris.models.adapter`):
+    the VM frozen plus a per-tier residual on its logit from the FM score of the served vector (and,
+    with ``vector``, a projection of the vector), a ridge logistic regression on the served log; a
+    tier is switched off when it does not lower its own rows' log loss on the log's latest slice.
+    Why concat is the default: the evaluation's per-tier strata (the served values against the placebo
+    on each tier's own requests) favoured it; the comparison is in docs/models.md.
     """
 
-    design: Literal["adapter", "concat"] = "adapter"
+    design: Literal["adapter", "concat"] = "concat"
     vector: bool = True  # adapter: a per-tier projection of the standardised vector beside the FM score
     l2: float = Field(1e-3, ge=0)  # adapter: ridge weight on its parameters (inputs are standardised per tier)
     min_validation_rows: int = Field(50, ge=1)  # adapter: a tier with fewer validation rows stays off

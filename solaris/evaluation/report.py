@@ -216,7 +216,8 @@ def _setup_lines(summary: EvaluationSummary) -> list[str]:
 def _adapter_line(adapter: AdapterConfig | None) -> str:
     if adapter is None or adapter.design == "concat":
         return ("- VM+SOLARIS input (`model.adapter.design: concat`): the served vector and a one-hot of its tier in "
-                "the VM's first layer, fine-tuned with the VM.")
+                "the VM's first layer (the new weights starting at zero, so the warm start is the VM), fine-tuned "
+                "with the VM.")
     return ("- VM+SOLARIS input (`model.adapter.design: adapter`): the fine-tuned VM (baseline; distilled for "
             "VM+SOLARIS+distilled), frozen, plus a per-tier residual on its logit from the FM score of the served "
             f"vector{' and a projection of the vector' if adapter.vector else ''}, a ridge logistic regression "

@@ -200,7 +200,7 @@ def test_report_files_from_a_summary(tmp_path):
     tiers = report.split("## Per serving tier")[1].split("##")[0]
     assert "| 1 (pair) | 100 (25.0 %)" in tiers and "| 3 (user aggregate) |" in tiers and "| 0 " not in tiers
     assert set(saved["intervals"]["per_tier"]) == {"1", "2", "3"}
-    assert "model.adapter.design: adapter" in report
+    assert "model.adapter.design: concat" in report
 
 
 def test_the_report_shows_each_window_and_pooled(tmp_path):
