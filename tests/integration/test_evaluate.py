@@ -72,7 +72,7 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
                  "ne_vs_coverage.png"):
         assert (out / name).is_file(), name
     summary = json.loads((out / "metrics.json").read_text())
-    new = {"vm_baseline_pretrained", "vm_distilled_pretrained", "solaris_placebo", "solaris_oracle"}
+    new = {"vm_baseline_pretrained", "vm_distilled_pretrained", "solaris_placebo", "solaris_oracle", "fm_at_tick"}
     assert set(summary["variants"]) == set(VARIANTS) == {
         "fm", "vm_baseline", "vm_distilled", "solaris_none", "solaris_tier1", "solaris_tiers1-2", "solaris_tiers1-3",
         "solaris_tiers1-4", "solaris_tiers1-5", "solaris_tiers1-6", "solaris_distilled", *new}
@@ -85,6 +85,10 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, 
         assert comparisons[key]["variant"] == variant and comparisons[key]["reference"] == reference, key
         assert comparisons[key]["ne_difference"]["estimate"] is not None, key
     assert summary["variants"]["fm"]["auc"]["mean"] > 0.55  # positive control: real labels carry signal
+    # per serving tier: the requests it answered, shares summing to the served share (tier 0 is no tier)
+    strata = summary["intervals"]["per_tier"]
+    assert strata and sum(cell["share"] for cell in strata.values()) <= 1 + 1e-9
+    assert all("solaris_tiers1-6-vs-solaris_placebo" in cell["ne_difference"] for cell in strata.values())
     coverage = summary["coverage"]
     cumulative = [coverage[key]["mean"] for key in ("tiers1", "tiers1-2", "tiers1-3", "tiers1-4", "tiers1-5",
                                                        "tiers1-6")]
