@@ -446,9 +446,10 @@ class EvaluationConfig(_Strict):
     eval_hours: float = Field(24, gt=0)
     step_hours: float = Field(1, gt=0)
     finetune_batch_size: int = Field(256, ge=1)  # VM variants are fine-tuned on the tail (a few thousand rows)
-    # a tenth of the pre-training rate (model.training.learning_rate): a fine-tune refines the warm start,
-    # it does not retrain every weight from it
-    finetune_learning_rate: float = Field(2e-4, gt=0)
+    # a twentieth of the pre-training rate (model.training.learning_rate): a fine-tune refines the warm
+    # start, it does not retrain every weight from it. Why this rate: the fine-tune must not add seed
+    # variance to the VMs it starts from (the measurement behind it: docs/evaluation.md, "Seed spread")
+    finetune_learning_rate: float = Field(1e-4, gt=0)
     output: str = "evaluation"  # folder under the warehouse: one sub-folder per evaluation
     t0s: tuple[datetime, ...] = ()  # windows' T0s when --as-of is not given; none: the densest windows
     windows: int = Field(2, ge=1)  # how many non-overlapping windows to pick when no T0 is given

@@ -182,7 +182,7 @@ def test_report_files_from_a_summary(tmp_path):
     assert "per_window" not in saved["intervals"]  # one window: no per-window intervals
     report = (tmp_path / "report.md").read_text()
     assert "VM+SOLARIS tiers 1-3" in report and "![transfer_ratio](transfer_ratio.png)" in report
-    assert "learning rate 0.0002" in report and "warm start is kept" in report
+    assert "learning rate 0.0001" in report and "warm start is kept" in report
     verdict = report.split("## Set-up")[0]  # the report opens with the verdict lines
     assert "FM vs VM baseline: \u0394NE" in verdict and "the FM is better" in verdict
     # every VM variant predicts the same here: their differences are exactly 0, and said to be no difference;
@@ -229,7 +229,7 @@ def test_metrics_json_keeps_its_form_and_the_typed_results_round_trip(tmp_path):
     assert set(saved["variants"]) == set(evaluation.VARIANTS)
     assert set(saved["variants"]["fm"]) == {*evaluation.METRIC_KEYS, "transfer_ratio_pooled"}
     assert saved["variants"]["fm"]["ne"].keys() == {"mean", "std", "n"}
-    assert saved["settings"]["finetune_learning_rate"] == 2e-4 and saved["requests"] == {"scored": 400, "users": 40}
+    assert saved["settings"]["finetune_learning_rate"] == 1e-4 and saved["requests"] == {"scored": 400, "users": 40}
     comparison = saved["intervals"]["pooled"]["comparisons"][f"{evaluation.SOLARIS_ALL}-vs-vm_distilled"]
     assert comparison["variant"] == evaluation.SOLARIS_ALL and comparison["reference"] == "vm_distilled"
     assert comparison["ne_difference"].keys() == {"estimate", "low", "high", "undefined_share"}
@@ -521,7 +521,7 @@ def test_the_evaluation_fine_tune_gives_the_same_vm_for_the_same_seed():
                                     "model.training.batch_size=128"])
     events = _learnable_events(1200, seed=4)
     training = evaluate_job._vm_training(config, batch_size=64, learning_rate=config.evaluation.finetune_learning_rate)
-    assert training.threads == 1 and training.learning_rate == 2e-4
+    assert training.threads == 1 and training.learning_rate == 1e-4
     base = train_vm(events, config, 3, training=evaluate_job._vm_training(config)).model
     rng = np.random.default_rng(0)
     extras = {"fm_embedding": rng.normal(size=(len(events), 8)).astype(np.float32),
