@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from solaris.runtime import job_parser, run_stage
+from solaris.storage.validity import expired_predicate
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -91,7 +92,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     # metrics say how many rows it removed (read from the log, like the remaining row count).
     before = table_version(spark, path)
     # Partition filter first so fully-expired buckets are dropped without rewriting files.
-    with_commit_retry(lambda: table.delete(f"expiry_bucket <= {cutoff} AND expires_at <= {cutoff}"),
+    with_commit_retry(lambda: table.delete(f"expiry_bucket <= {cutoff} AND {expired_predicate(cutoff)}"),
                       f"expire {path}")
     expired = commit_metrics(path, before, "DELETE").get("numDeletedRows", 0)
     if optimize:

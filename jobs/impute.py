@@ -17,10 +17,10 @@ import argparse
 import logging
 import sys
 from dataclasses import asdict, dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from solaris.runtime import job_parser, run_stage
+from solaris.storage.validity import expires_at, servable_column
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
@@ -121,7 +121,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         raise JobInputError(f"no user_neighbors at {neighbors_path}: run `solaris knn` first")
     neighbors = spark.read.format("delta").load(neighbors_path)
     if table_exists(spark, users_path):
-        servable = spark.read.format("delta").load(users_path).where(F.col("expires_at") > F.lit(as_of)).select(
+        servable = spark.read.format("delta").load(users_path).where(servable_column(as_of)).select(
             F.col("user_id").alias("neighbor_id"), F.col("embedding").alias("neighbor_embedding"), "fm_version")
     else:
         servable = spark.createDataFrame([], "neighbor_id long, neighbor_embedding binary, fm_version string")
@@ -135,11 +135,11 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         .join(servable, "neighbor_id", "left")
         .repartition("user_id").sortWithinPartitions("user_id", "pos")
     )
-    expires_at = as_of + timedelta(hours=enrichment.ttl_hours)
+    expiry = expires_at(as_of, enrichment.ttl_hours)
     per_user = pairs.mapInArrow(make_imputer(dim, enrichment.min_neighbors, enrichment.min_similarity),
                                 PER_USER_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        constants = {"computed_at": as_of, "expires_at": expires_at, "run_id": run_id}
+        constants = {"computed_at": as_of, "expires_at": expiry, "run_id": run_id}
         imputed = per_user.where(F.col("embedding").isNotNull()).select(
             *[(F.lit(constants[name]) if name in constants else F.col(name)).cast(kind).alias(name)
               for name, kind in (column.split() for column in SCHEMA.split(", "))])

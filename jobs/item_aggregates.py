@@ -38,6 +38,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, cast
 
 from solaris.runtime import job_parser, run_stage
+from solaris.storage.validity import expires_at
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
@@ -113,7 +114,7 @@ def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: date
         "n_neighbors": imputed.n_neighbors,
         "similarity": imputed.similarity,
         "computed_at": pd.Timestamp(as_of),
-        "expires_at": pd.Timestamp(as_of + timedelta(hours=enrichment.item_ttl_hours)),
+        "expires_at": pd.Timestamp(expires_at(as_of, enrichment.item_ttl_hours)),
         "fm_version": str(fm_meta["version"]),
         "run_id": run_id,
     })

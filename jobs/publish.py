@@ -18,10 +18,10 @@ import argparse
 import logging
 import sys
 from dataclasses import dataclass, field
-from datetime import timezone
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from solaris.runtime import job_parser, run_stage
+from solaris.storage.validity import servable_column, servable_filter
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
@@ -88,7 +88,7 @@ def _servable_stats(spark: SparkSession, pinned: dict[str, PinnedTable], known: 
     names = list(pinned)
     parts = [
         spark.read.format("delta").option("versionAsOf", spec.version).load(spec.path)
-        .where(F.col("expires_at") > F.lit(as_of))
+        .where(servable_column(as_of))
         .select(F.lit(index).alias("tier_table"),
                 # the item tier has no user: its rows count, but cover no known user (null never joins)
                 (F.col("user_id") if name in USER_KEYED_TABLES else F.lit(None).cast("long")).alias("user_id"),
@@ -138,7 +138,6 @@ def _servable_stats_on_driver(pinned: dict[str, PinnedTable], neighbors: PinnedT
     the rule is the same function of the same rows (:func:`solaris.serving.snapshots.servable_stats`).
     """
     import pyarrow as pa
-    import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
     from solaris.serving.snapshots import servable_stats
@@ -158,12 +157,11 @@ def _servable_stats_on_driver(pinned: dict[str, PinnedTable], neighbors: PinnedT
             log.info("publish: %d rows in the pinned tables, more than spark.driver_max_rows=%d: Spark checks them",
                      total, max_rows)
             return None
-        stamp = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=timezone.utc)
         tiers = {}
         for name, table in opened.items():
             columns = ["embedding", *(["user_id"] if name in USER_KEYED_TABLES else []),
                        *(["fm_version"] if name == "pair_embeddings" else [])]
-            tiers[name] = table.to_pyarrow_dataset().to_table(columns=columns, filter=ds.field("expires_at") > stamp)
+            tiers[name] = table.to_pyarrow_dataset().to_table(columns=columns, filter=servable_filter(as_of))
         known = known_table.to_pyarrow_dataset().to_table(columns=["user_id"]).column("user_id")
     except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
         log.warning("publish: deltalake could not read the pinned tables (%s: %s); Spark checks them",

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from solaris.runtime import JobInputError, job_parser, run_stage
+from solaris.storage.validity import expires_at_column
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
@@ -155,11 +156,11 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         threshold, n_candidates = verification.threshold, verification.rows
         n_scored = scored.count()
         computed_at = F.col("computed_at")
-        expires_at = computed_at + F.expr(f"make_dt_interval(0, 0, 0, {float(pre.ttl_hours) * 3600.0})")
+        expiry = expires_at_column(computed_at, pre.ttl_hours)
         rows = verified.select(
             "*",
             F.lit(run_id).alias("run_id"),
-            expires_at.alias("expires_at"),
+            expiry.alias("expires_at"),
         ).withColumn("expiry_bucket", F.date_trunc(pre.expiry_bucket, "expires_at"))
 
         bad = rows.where(F.col("quarantine_reason").isNotNull()).select(

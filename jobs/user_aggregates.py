@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from solaris.runtime import job_parser, run_stage
+from solaris.storage.validity import expires_at
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
@@ -102,7 +103,7 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
     enrichment, dim = config.enrichment, config.model.embedding_dim
     other = "item_id" if key == "user_id" else "user_id"
     window_start = as_of - timedelta(hours=window_hours)
-    expires_at = as_of + timedelta(hours=ttl_hours)
+    expiry = expires_at(as_of, ttl_hours)
     # One shuffle by key: the latest-row-per-pair window (partitioned by key, other) reuses it, and
     # each task then aggregates whole runs of keys at once in numpy.
     latest = Window.partitionBy(key, other).orderBy(F.col("computed_at").desc(), F.col("run_id").desc())
@@ -118,7 +119,7 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
     aggregator = make_aggregator(dim, key, int(as_of.timestamp()), enrichment.aggregation, enrichment.half_life_hours,
                                  enrichment.l2_normalize, min_pairs)
     means = pairs.mapInArrow(aggregator, f"{key} long, embedding binary, n_pairs int, fm_version string")
-    constants = {"window_start": window_start, "window_end": as_of, "computed_at": as_of, "expires_at": expires_at,
+    constants = {"window_start": window_start, "window_end": as_of, "computed_at": as_of, "expires_at": expiry,
                  "run_id": run_id}
     columns = (column.split() for column in SCHEMA.format(key=key).split(", "))
     rows = means.select(*[(F.lit(constants[name]) if name in constants else F.col(name)).cast(kind).alias(name)

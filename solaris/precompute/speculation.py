@@ -12,7 +12,6 @@
   rule's per-user floor (each user's best pairs kept whatever their score). The Spark job uses the
   same functions (and :func:`locate_rank` to find the boundary), so the edge cases tested here
   (empty input, all below threshold, budget larger than input) are the job's.
-* TTL arithmetic: ``expires_at = computed_at + ttl``; servable iff ``now < expires_at``.
 """
 
 from __future__ import annotations
@@ -273,10 +272,3 @@ def verify_mask(
     return in_floor | (eligible & (scores >= threshold)), threshold
 
 
-def expires_at(computed_at: datetime, ttl_hours: float) -> datetime:
-    return computed_at + timedelta(hours=ttl_hours)
-
-
-def is_servable(now: datetime, expiry: datetime) -> bool:
-    """docs/architecture.md §2: a value is servable at ``now`` iff ``now < expires_at``."""
-    return now < expiry

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
+from solaris.storage.validity import servable_mask
 from solaris.tiers import (
     SERVING_ORDER,
     TIER_IMPUTED,
@@ -364,7 +365,7 @@ class TierTables:
         position = self.pairs.find(neighbours.ravel(), np.repeat(items, k)).reshape(-1, k)
         safe = np.maximum(position, 0)
         usable = ((position >= 0) & (neighbours >= 0) & (weights >= graph.min_similarity) & (weights > 0)
-                  & (now_s[:, None] < self.pairs.expires_at[safe]))
+                  & servable_mask(now_s[:, None], self.pairs.computed_at[safe], self.pairs.expires_at[safe]))
         usable_count = usable.sum(axis=1)
         enough = usable_count >= graph.min_neighbors
         if not enough.any():
@@ -431,7 +432,7 @@ class TierTables:
                 position = table.find(users[open_], items[open_])
             safe = np.maximum(position, 0)
             # expired values are never served
-            serve = (position >= 0) & (now_s[open_] < table.expires_at[safe])
+            serve = (position >= 0) & servable_mask(now_s[open_], table.computed_at[safe], table.expires_at[safe])
             target, rows = open_[serve], position[serve]
             out[target] = table.embeddings[rows]
             tier[target] = code

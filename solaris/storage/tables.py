@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
 from solaris.config import SolarisConfig
+from solaris.storage.validity import servable_column, servable_filter
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -191,14 +192,10 @@ def servable_rows(spark: "SparkSession", path: str, as_of: datetime, columns: Se
     """
     import os
 
-    import pyarrow.dataset as ds
 
     def with_spark() -> Any:
-        from pyspark.sql import functions as F
 
-        return (spark.read.format("delta").load(path)
-                .where((F.col("computed_at") <= F.lit(as_of)) & (F.col("expires_at") > F.lit(as_of)))
-                .select(*columns).toArrow())
+        return spark.read.format("delta").load(path).where(servable_column(as_of)).select(*columns).toArrow()
 
     if not os.path.isdir(path):
         return with_spark()
@@ -206,9 +203,7 @@ def servable_rows(spark: "SparkSession", path: str, as_of: datetime, columns: Se
         from deltalake import DeltaTable
 
         dataset = DeltaTable(path).to_pyarrow_dataset()
-        stamp = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=timezone.utc)
-        return dataset.to_table(columns=list(columns),
-                                filter=(ds.field("computed_at") <= stamp) & (ds.field("expires_at") > stamp))
+        return dataset.to_table(columns=list(columns), filter=servable_filter(as_of))
     except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
         log.warning("deltalake could not read %s (%s: %s); reading it with Spark instead", path,
                     type(error).__name__, error)

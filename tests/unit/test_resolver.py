@@ -89,7 +89,8 @@ def test_neighbour_pair_is_the_similarity_weighted_mean_of_the_neighbours_pairs_
 
 
 def test_random_schedules_never_return_expired_values():
-    """Every tier, the item tiers included: nothing at or after its expiry, and the best servable tier wins."""
+    """Every tier, the item tiers included: nothing at or after its expiry or computed after the request, and
+    the best servable tier wins."""
     rng = np.random.default_rng(0)
     for _ in range(50):
         n = 40
@@ -113,7 +114,9 @@ def test_random_schedules_never_return_expired_values():
         )
         now = NOW + timedelta(hours=float(rng.uniform(-2, 2)))
         vectors, tier, _ = tables.resolve(keys, items, now)
-        live = now.timestamp() < np.vstack([expiries[0], neighbour_expiry, expiries[1:]])
+        # servable: computed (an hour before t0) at or before now, and not expired (now may precede t0 - H)
+        live = (t0 - H <= now.timestamp()) & (now.timestamp() < np.vstack([expiries[0], neighbour_expiry,
+                                                                           expiries[1:]]))
         for code, value in ((TIER_PAIR, 0), (TIER_NEIGHBOR_PAIR, 7), (TIER_USER, 1), (TIER_IMPUTED, 2),
                             (TIER_ITEM, 3), (TIER_IMPUTED_ITEM, 4)):
             served = tier == code

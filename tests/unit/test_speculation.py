@@ -10,8 +10,6 @@ from solaris.precompute.speculation import (
     LinearModel,
     candidate_params,
     effective_threshold,
-    expires_at,
-    is_servable,
     item_stats_as_of,
     item_stats_key,
     locate_rank,
@@ -67,14 +65,6 @@ def test_top_k_per_user_after_threshold_with_item_tiebreak():
     scores = np.array([0.9, 0.9, 0.4, 0.8, 0.6, 0.2])
     keep, _ = verify_mask(USERS, ITEMS, scores, RELEVANCE(threshold=0.3, top_k_per_user=1))
     assert keep.tolist() == [True, False, False, True, False, False]
-
-
-def test_ttl_arithmetic_across_day_boundary():
-    computed = datetime(2026, 3, 31, 22, 30, tzinfo=timezone.utc)
-    expiry = expires_at(computed, 6)
-    assert expiry == datetime(2026, 4, 1, 4, 30, tzinfo=timezone.utc)
-    assert is_servable(datetime(2026, 4, 1, 4, 29, 59, tzinfo=timezone.utc), expiry)
-    assert not is_servable(expiry, expiry)  # at expires_at exactly it is already expired
 
 
 def test_candidate_params_render_into_sql():
