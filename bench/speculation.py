@@ -354,10 +354,11 @@ def _figure(value: float | None, percent: bool) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from solaris.config import load_config
-    from solaris.jobs.candidates import load_speculator, prepare_views, save_speculator
+    from solaris.jobs.candidates import prepare_views
     from solaris.jobs.train_speculator import fit, requesters_per_hour
     from solaris.precompute.spark_features import tick_events
     from solaris.precompute.speculation import busiest_ticks
+    from solaris.precompute.speculator_store import load_speculator, save_speculator
     from solaris.spark import get_spark
     from solaris.timeutil import parse_utc
 

@@ -2,7 +2,8 @@
 
 Runs ``sql/candidates.sql`` over events with ``ts <= as_of``: the sources (co-engagement, trending,
 recent re-exposure, session continuation, popularity, and FM retrieval computed here with FAISS),
-blended by the speculator's learned weights (``load_speculator``: trained at or before the as-of)
+blended by the speculator's learned weights (``solaris.precompute.speculator_store.load_speculator``:
+trained at or before the as-of)
 or the config's hand weights; caps per user and by the global budget, and replaces this run's rows
 in the ``candidates`` table (partitioned by run date). Rerunning the same run id gives the same rows.
 
@@ -23,7 +24,6 @@ from solaris.runtime import job_parser, run_stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
-    from pathlib import Path
 
     from pyspark.sql import DataFrame, SparkSession
 
@@ -43,7 +43,6 @@ class CandidatesResult:
     blend: str = "hand"  # "learned <version>" or "hand" (config weights, also the fallback)
 
 
-SPECULATOR_FILE = "speculator.json"
 # The retrieval parts and the run-shared views of the last prepare_views call, dropped at the next call.
 _CACHED: list[DataFrame] = []
 # The per-user views of a run that several sources and the features read: cached once per run (Why:
@@ -63,44 +62,6 @@ _VIEW = re.compile(r"^CREATE OR REPLACE TEMP VIEW (\w+)(?:\s+AS\s+(.*))?$", re.I
 
 def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris candidates", __doc__)
-
-
-def load_speculator(config: SolarisConfig, as_of: datetime) -> Speculator | None:
-    """The learned blend / request models usable at ``as_of``: trained at or before it, else None.
-
-    A checkpoint trained after ``as_of`` (a backfill of an older hour) is not used: its weights saw
-    events after the run's as-of, which would break the point-in-time rule.
-    """
-    from solaris.models.checkpoint import resolve_checkpoint
-    from solaris.precompute.speculation import Speculator
-    from solaris.timeutil import parse_utc
-
-    folder = resolve_checkpoint(config.resolve_under_warehouse(config.precompute.candidates.speculator_checkpoint))
-    if not (folder / SPECULATOR_FILE).is_file():
-        return None
-    speculator = Speculator.from_json((folder / SPECULATOR_FILE).read_text())
-    if parse_utc(speculator.as_of) > as_of:
-        log.warning("speculator %s was trained as of %s, after %s: not used", speculator.version, speculator.as_of,
-                    as_of)
-        return None
-    return speculator
-
-
-def save_speculator(config: SolarisConfig, speculator: Speculator) -> Path:
-    """Write ``<root>/<version>/speculator.json`` and point ``<root>/LATEST`` at it (atomic renames)."""
-    import os
-    from pathlib import Path
-
-    root = Path(config.resolve_under_warehouse(config.precompute.candidates.speculator_checkpoint))
-    folder = root / speculator.version
-    folder.mkdir(parents=True, exist_ok=True)
-    staging = folder / f".{SPECULATOR_FILE}.tmp"
-    staging.write_text(speculator.to_json())
-    os.replace(staging, folder / SPECULATOR_FILE)
-    pointer = root / ".LATEST.tmp"
-    pointer.write_text(speculator.version + "\n")
-    os.replace(pointer, root / "LATEST")
-    return folder
 
 
 def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
@@ -344,6 +305,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     (the fast lane: same sources, blend and caps, fewer users)."""
     import pyarrow.compute as pc
 
+    from solaris.precompute.speculator_store import load_speculator
     from solaris.storage.tables import RunRecord, driver_rows, replace_run, run_rows, table_version
 
     record = RunRecord(run_id=run_id, job="candidates", as_of=as_of)

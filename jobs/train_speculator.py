@@ -129,7 +129,7 @@ def speculator_for(spark: SparkSession, config: SolarisConfig, target: SolarisCo
     """
     from pathlib import Path
 
-    from solaris.jobs.candidates import load_speculator, save_speculator
+    from solaris.precompute.speculator_store import load_speculator, save_speculator
     from solaris.runtime import JobInputError
 
     if not uses_speculator(target):
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level)
 
     def body() -> None:
-        from solaris.jobs.candidates import save_speculator
+        from solaris.precompute.speculator_store import save_speculator
         from solaris.spark import get_spark
         from solaris.storage.tables import RunRecord
         from solaris.timeutil import utc_stamp

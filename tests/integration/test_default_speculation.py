@@ -15,9 +15,9 @@ import pytest
 from solaris.config import CandidateConfig, VerifierConfig
 from solaris.jobs import candidates as candidates_job
 from solaris.jobs import score as score_job
-from solaris.jobs.candidates import save_speculator
 from solaris.jobs.train_speculator import fit
 from solaris.precompute.speculation import verify_mask
+from solaris.precompute.speculator_store import save_speculator
 from solaris.timeutil import default_run_id
 from tests.world import T0, copy_world, world_config
 
@@ -112,8 +112,8 @@ def test_the_evaluation_fits_a_speculator_once_per_fingerprint(spark, world_temp
     """`solaris evaluate` gives each window's replay warehouse the speculator the schedule would have
     had: fit on the source warehouse's events, saved in the target, reused while the fingerprint holds."""
     from solaris.jobs import train_speculator
-    from solaris.jobs.candidates import load_speculator
     from solaris.jobs.train_speculator import speculator_for
+    from solaris.precompute.speculator_store import load_speculator
 
     fits = []
     monkeypatch.setattr(train_speculator, "fit", lambda *args: fits.append(args) or fit(*args))

@@ -65,7 +65,7 @@ def test_training_before_any_event_is_refused(trained):
 def test_train_speculator_cli_writes_a_speculator_the_candidates_stage_loads(trained):
     """`solaris train-speculator` (the models and replay DAGs' task): a checkpoint + LATEST, usable from
     its as-of on, its run in `runs`; refused with nothing to learn from."""
-    from solaris.jobs.candidates import load_speculator
+    from solaris.precompute.speculator_store import load_speculator
     from solaris.timeutil import parse_utc
 
     config, common = trained
