@@ -54,8 +54,7 @@ def main() -> None:
     from cycle import prepare  # bench/cycle.py (this script's folder is on sys.path): the same work-warehouse copy
 
     from solaris.config import load_config
-    from solaris.jobs import fast_lane
-    from solaris.pipeline import run_cycle, tick_schedule
+    from solaris.pipeline import run_cycle, run_fast_lane, tick_schedule
     from solaris.precompute.fast_lane import run_id
     from solaris.runtime import setup_logging
     from solaris.serving.resolver import load_snapshot
@@ -88,7 +87,7 @@ def main() -> None:
         as_of = tick + interval
         while as_of < tick + timedelta(hours=1):
             started = time.perf_counter()
-            result = fast_lane.run(spark, config, as_of, run_id(as_of))
+            result = run_fast_lane(spark, config, as_of, run_id(as_of))
             seconds = time.perf_counter() - started
             row = {"as_of": as_of.isoformat(), "users": len(result.users), "new": result.new,
                    "returning": result.returning, "dropped": result.dropped,

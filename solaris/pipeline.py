@@ -19,11 +19,14 @@ import logging
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from solaris.config import SolarisConfig
+from solaris.jobs import candidates as candidates_job
 from solaris.jobs import hit_rate
+from solaris.jobs import publish as publish_job
+from solaris.jobs import score as score_job
 from solaris.jobs.candidates import CandidatesResult
 from solaris.jobs.expire import ExpireResult
 from solaris.jobs.hit_rate import CoverageResult, HitRateResult
@@ -33,14 +36,16 @@ from solaris.jobs.knn import KnnResult
 from solaris.jobs.publish import PublishResult
 from solaris.jobs.score import ScoreResult
 from solaris.jobs.user_aggregates import UserAggregatesResult
+from solaris.precompute.fast_lane import UserActivity, is_hourly_tick, select_users, window_start
 from solaris.precompute.spark_features import tick_events
-from solaris.storage.tables import batched_audit
+from solaris.storage.tables import RunRecord, batched_audit
 from solaris.timeutil import default_run_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+lane_log = logging.getLogger("solaris.fast_lane")
 
 Half = Literal["precompute", "enrichment"]
 
@@ -198,3 +203,102 @@ def run_cycle(
         ", ".join(f"{name} {value:.1f}s" for name, value in seconds.items()),
     )
     return cycle
+
+
+# --- the fast lane: hourly stages for the sessions that started since the hour ------------------------
+
+
+@dataclass(frozen=True)
+class FastLaneResult:
+    """What one fast-lane run did: the users picked, each reused stage's result, wall seconds."""
+
+    users: list[int] = field(default_factory=list)
+    new: int = 0
+    returning: int = 0
+    dropped: int = 0  # eligible users over fast_lane.max_users
+    candidates: CandidatesResult | None = None
+    score: ScoreResult | None = None
+    publish: PublishResult | None = None
+    skipped: str | None = None  # why nothing ran (on the hour, no fast-lane users)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def lane_config(config: SolarisConfig) -> SolarisConfig:
+    """The config the reused stages run with: the lane's per-user cap and a budget of
+    ``max_users * per_user`` instead of the hourly ones (everything else unchanged)."""
+    lane = config.fast_lane
+    rules = config.precompute.candidates.model_copy(
+        update={"per_user": lane.per_user, "budget": lane.max_users * lane.per_user})
+    return config.model_copy(update={"precompute": config.precompute.model_copy(update={"candidates": rules})})
+
+
+def user_activity(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> list[UserActivity]:
+    """Per user with an event in the window: events in it and the last event before it (events <= as_of).
+
+    The Spark form of :func:`solaris.precompute.fast_lane.activity_from_events`; only users active
+    in the window (minutes of traffic) reach the driver.
+    """
+    from pyspark.sql import functions as F
+
+    from solaris.precompute.spark_features import visible_events
+
+    start = window_start(as_of, config.fast_lane)
+    events = visible_events(spark, config, as_of)
+    in_window = events.where(F.col("ts") > F.lit(start)).select("user_id").distinct()
+    rows = (events.join(in_window, "user_id", "left_semi").groupBy("user_id")
+            .agg(F.count_if(F.col("ts") > F.lit(start)).alias("n"),
+                 F.max(F.when(F.col("ts") <= F.lit(start), F.unix_seconds("ts"))).alias("last_before"))
+            .collect())
+    return [UserActivity(int(row["user_id"]), int(row["n"]),
+                         None if row["last_before"] is None
+                         else datetime.fromtimestamp(int(row["last_before"]), tz=timezone.utc))
+            for row in rows]
+
+
+def run_fast_lane(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> FastLaneResult:
+    """The fast lane at ``as_of`` (``jobs/fast_lane.py`` documents it): pick the users, then the hourly
+    ``candidates``, ``score`` and ``publish`` stages for them only, under the lane's run id."""
+    record = RunRecord(run_id=run_id, job="fast_lane", as_of=as_of)
+    seconds: dict[str, float] = {}
+    if is_hourly_tick(as_of):
+        lane_log.info("fast lane at %s: on the hour the hourly cycle runs and publishes; nothing to do", as_of)
+        return FastLaneResult(skipped="hourly tick")
+    with tick_events(spark, config, as_of):  # the events <= as_of read once for the selection and the stages
+        started = time.perf_counter()
+        selection = select_users(user_activity(spark, config, as_of), as_of, config.fast_lane)
+        seconds["select"] = time.perf_counter() - started
+        lane_log.info("fast lane %s: %d users with a first event in (%s, %s] (%d new, %d returning after > %gh; "
+                 "%d over max_users=%d)", run_id, len(selection.users), window_start(as_of, config.fast_lane), as_of,
+                 selection.new, selection.returning, config.fast_lane.absence_hours, selection.dropped,
+                 config.fast_lane.max_users)
+        record.details = {"users": len(selection.users), "new": selection.new, "returning": selection.returning,
+                          "dropped": selection.dropped}
+        if not selection.users:
+            record.write(spark, config, "success")
+            return FastLaneResult(skipped="no fast-lane users", seconds=seconds)
+        lane = lane_config(config)
+        users = spark.createDataFrame([(user,) for user in selection.users], "user_id long")
+        results: dict[str, object] = {}
+        for name, call in (
+            ("candidates", lambda: candidates_job.run(spark, lane, as_of, run_id, users)),
+            ("score", lambda: score_job.run(spark, lane, as_of, run_id)),
+            ("publish", lambda: publish_job.run(spark, lane, as_of, run_id)),
+        ):
+            started = time.perf_counter()
+            results[name] = call()
+            seconds[name] = time.perf_counter() - started
+    result = FastLaneResult(users=selection.users, new=selection.new, returning=selection.returning,
+                            dropped=selection.dropped, seconds=seconds, **results)  # type: ignore[arg-type]
+    scored = result.score
+    record.rows_in = len(selection.users)
+    record.rows_out = scored.written if scored is not None else 0
+    record.details.update({"scored": scored.scored if scored is not None else 0,
+                           "manifest": result.publish.manifest if result.publish is not None else None,
+                           "seconds": {name: round(value, 2) for name, value in seconds.items()}})
+    record.write(spark, config, "success")
+    lane_log.info("fast lane %s: %d users -> %d candidates -> %d FM passes -> %d pairs written; %s (%.1fs: %s)",
+             run_id, len(selection.users), result.candidates.pairs if result.candidates else 0,
+             scored.scored if scored else 0, scored.written if scored else 0,
+             result.publish.manifest if result.publish else "not published", sum(seconds.values()),
+             ", ".join(f"{name} {value:.1f}s" for name, value in seconds.items()))
+    return result

@@ -83,7 +83,7 @@ def activity_from_events(events: Iterable[tuple[int, datetime]], as_of: datetime
                          config: FastLaneConfig) -> list[UserActivity]:
     """Per-user :class:`UserActivity` from ``(user_id, ts)`` pairs, ignoring events after ``as_of``.
 
-    The plain-Python twin of the Spark aggregate in ``jobs/fast_lane.py``, used by the bench and
+    The plain-Python twin of the Spark aggregate ``solaris.pipeline.user_activity``, used by the bench and
     the unit tests (so both sides of the rule are checked on the same inputs).
     """
     start = window_start(as_of, config)

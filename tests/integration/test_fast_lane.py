@@ -12,8 +12,7 @@ from datetime import timedelta
 import pytest
 from pyspark.sql import functions as F
 
-from solaris.jobs import fast_lane
-from solaris.pipeline import run_cycle, run_ids
+from solaris.pipeline import run_cycle, run_fast_lane, run_ids
 from solaris.precompute.fast_lane import activity_from_events, run_id, select_users
 from solaris.serving.resolver import TIER_PAIR, Resolver
 from tests.conftest import table_checksum
@@ -53,7 +52,7 @@ def _table(spark, config, name):
 def test_fast_lane_scores_and_publishes_the_new_sessions_only(spark, lane):
     config = lane
     hourly_snapshot = (config.warehouse / "snapshots" / "LATEST").read_text().strip()
-    result = fast_lane.run(spark, config, AS_OF, run_id(AS_OF))
+    result = run_fast_lane(spark, config, AS_OF, run_id(AS_OF))
 
     # the Spark selection equals the plain-Python rule on the same events (all of them: the rule drops ts > as_of)
     events = _table(spark, config, "events").select("user_id", F.unix_seconds("ts").alias("ts")).toPandas()
@@ -88,9 +87,9 @@ def test_fast_lane_scores_and_publishes_the_new_sessions_only(spark, lane):
 
 def test_rerun_of_the_same_tick_changes_no_table(spark, lane):
     config = lane
-    fast_lane.run(spark, config, AS_OF, run_id(AS_OF))  # idempotent whether or not the test above ran first
+    run_fast_lane(spark, config, AS_OF, run_id(AS_OF))  # idempotent whether or not the test above ran first
     before = {name: table_checksum(spark, config.table_path(name)) for name in ("candidates", "pair_embeddings")}
-    again = fast_lane.run(spark, config, AS_OF, run_id(AS_OF))
+    again = run_fast_lane(spark, config, AS_OF, run_id(AS_OF))
     after = {name: table_checksum(spark, config.table_path(name)) for name in ("candidates", "pair_embeddings")}
     assert before == after and again.score is not None and again.score.written > 0
 
@@ -99,9 +98,9 @@ def test_on_the_hour_and_without_new_sessions_nothing_is_written(spark, lane):
     config = lane
     versions = {name: spark.sql(f"DESCRIBE HISTORY delta.`{config.table_path(name)}`").count()
                 for name in ("candidates", "pair_embeddings")}
-    assert fast_lane.run(spark, config, T0 + timedelta(hours=1), "x").skipped == "hourly tick"
+    assert run_fast_lane(spark, config, T0 + timedelta(hours=1), "x").skipped == "hourly tick"
     # far past the data: nobody has an event in the window
     quiet = T0 + timedelta(days=30, minutes=15)
-    assert fast_lane.run(spark, config, quiet, run_id(quiet)).skipped == "no fast-lane users"
+    assert run_fast_lane(spark, config, quiet, run_id(quiet)).skipped == "no fast-lane users"
     assert versions == {name: spark.sql(f"DESCRIBE HISTORY delta.`{config.table_path(name)}`").count()
                         for name in ("candidates", "pair_embeddings")}

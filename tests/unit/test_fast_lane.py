@@ -89,7 +89,7 @@ def test_schedule_and_config_refuse_an_interval_that_does_not_divide_the_hour():
 
 
 def test_lane_config_only_changes_the_candidate_budgets():
-    from solaris.jobs.fast_lane import lane_config
+    from solaris.pipeline import lane_config
 
     config = load_config(overrides=["fast_lane.max_users=30", "fast_lane.per_user=7"])
     lane = lane_config(config)

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("solaris.jobs",),
     ("solaris.pipeline",),
     # The drivers that run the whole cycle, and what launches jobs.
-    ("solaris.jobs.replay", "solaris.jobs.evaluate", "solaris.orchestration", "solaris.cli"),
+    ("solaris.jobs.replay", "solaris.jobs.evaluate", "solaris.jobs.fast_lane", "solaris.orchestration", "solaris.cli"),
 )
 
 
