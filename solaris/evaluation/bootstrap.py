@@ -306,10 +306,13 @@ def user_pair_concordance(
     for first in range(0, n_users, block):
         width = min(block, n_users - first)
         mine = (neg_user >= first) & (neg_user < first + width)
-        negatives = np.zeros((n_groups, width), dtype=np.float64)
-        np.add.at(negatives, (neg_group[mine], neg_user[mine] - first), 1.0)
-        ranked = np.cumsum(negatives, axis=0) - 0.5 * negatives  # below the group + half of its ties
-        out[users_with_pos, first : first + width] = np.add.reduceat(ranked[pos_group], starts, axis=0)
+        # [user of the block, tie group]: each user's row contiguous, so the running sums over groups
+        # (the long axis) read memory in order
+        cells = (neg_user[mine] - first) * n_groups + neg_group[mine]
+        negatives = np.bincount(cells, minlength=width * n_groups).reshape(width, n_groups).astype(np.float64)
+        ranked = np.cumsum(negatives, axis=1)
+        ranked -= 0.5 * negatives  # below the group + half of its ties
+        out[users_with_pos, first : first + width] = np.add.reduceat(ranked[:, pos_group], starts, axis=1).T
     return out
 
 
