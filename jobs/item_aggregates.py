@@ -9,7 +9,7 @@ scored for. The resolver tries it last (``solaris.tiers.TIER_ITEM``).
 At ``--as-of t``: reads ``pair_embeddings_log`` rows with ``t - enrichment.item_window_hours <
 computed_at <= t`` (the latest row per pair, so a pair re-scored every hour is not over-weighted),
 averages each item's embeddings over the users it was scored for (the user tier's executor,
-``jobs/user_aggregates.write_window_means``, keyed by item; items with fewer than
+``solaris.enrichment.window_means.write_window_means``, keyed by item; items with fewer than
 ``enrichment.item_min_pairs`` finite pairs get no row), and MERGEs ``item_embeddings`` on ``item_id``
 with ``expires_at = t + enrichment.item_ttl_hours``.
 
@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, cast
 
+from solaris.enrichment.window_means import write_window_means
 from solaris.runtime import job_parser, run_stage
 from solaris.storage.validity import expires_at
 
@@ -130,7 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> ItemAggregatesResult:
-    from solaris.jobs.user_aggregates import write_window_means
     from solaris.storage.tables import RunRecord, table_exists
 
     enrichment = config.enrichment
