@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("solaris.user_aggregates")
 
+
 @dataclass(frozen=True)
 class UserAggregatesResult:
     """Users whose tier-3 aggregate this run wrote, from how many pair embeddings, since when."""

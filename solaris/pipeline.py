@@ -268,9 +268,9 @@ def run_fast_lane(spark: SparkSession, config: SolarisConfig, as_of: datetime, r
         selection = select_users(user_activity(spark, config, as_of), as_of, config.fast_lane)
         seconds["select"] = time.perf_counter() - started
         lane_log.info("fast lane %s: %d users with a first event in (%s, %s] (%d new, %d returning after > %gh; "
-                 "%d over max_users=%d)", run_id, len(selection.users), window_start(as_of, config.fast_lane), as_of,
-                 selection.new, selection.returning, config.fast_lane.absence_hours, selection.dropped,
-                 config.fast_lane.max_users)
+                      "%d over max_users=%d)", run_id, len(selection.users), window_start(as_of, config.fast_lane),
+                      as_of, selection.new, selection.returning, config.fast_lane.absence_hours, selection.dropped,
+                      config.fast_lane.max_users)
         record.details = {"users": len(selection.users), "new": selection.new, "returning": selection.returning,
                           "dropped": selection.dropped}
         if not selection.users:
@@ -297,8 +297,8 @@ def run_fast_lane(spark: SparkSession, config: SolarisConfig, as_of: datetime, r
                            "seconds": {name: round(value, 2) for name, value in seconds.items()}})
     record.write(spark, config, "success")
     lane_log.info("fast lane %s: %d users -> %d candidates -> %d FM passes -> %d pairs written; %s (%.1fs: %s)",
-             run_id, len(selection.users), result.candidates.pairs if result.candidates else 0,
-             scored.scored if scored else 0, scored.written if scored else 0,
-             result.publish.manifest if result.publish else "not published", sum(seconds.values()),
-             ", ".join(f"{name} {value:.1f}s" for name, value in seconds.items()))
+                  run_id, len(selection.users), result.candidates.pairs if result.candidates else 0,
+                  scored.scored if scored else 0, scored.written if scored else 0,
+                  result.publish.manifest if result.publish else "not published", sum(seconds.values()),
+                  ", ".join(f"{name} {value:.1f}s" for name, value in seconds.items()))
     return result

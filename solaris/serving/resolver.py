@@ -431,7 +431,7 @@ class TierTables:
             else:
                 position = table.find(users[open_], items[open_])
             safe = np.maximum(position, 0)
-            # expired values are never served
+            # only values servable at the request (computed at or before it, not yet expired)
             serve = (position >= 0) & servable_mask(now_s[open_], table.computed_at[safe], table.expires_at[safe])
             target, rows = open_[serve], position[serve]
             out[target] = table.embeddings[rows]

@@ -192,9 +192,7 @@ def servable_rows(spark: "SparkSession", path: str, as_of: datetime, columns: Se
     """
     import os
 
-
     def with_spark() -> Any:
-
         return spark.read.format("delta").load(path).where(servable_column(as_of)).select(*columns).toArrow()
 
     if not os.path.isdir(path):

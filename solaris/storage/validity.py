@@ -16,20 +16,18 @@ spelling must say the same thing. Stages call these functions instead of writing
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from solaris.timeutil import parse_utc
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
     from pyspark.sql import Column
 
 COMPUTED_AT, EXPIRES_AT = "computed_at", "expires_at"
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 def expires_at(computed_at: datetime, ttl_hours: float) -> datetime:
@@ -46,7 +44,7 @@ def expires_at_column(computed_at: Column, ttl_hours: float) -> Column:
 
 def is_servable(as_of: datetime, computed_at: datetime, expiry: datetime) -> bool:
     """``computed_at <= as_of < expires_at`` for one value."""
-    return _utc(computed_at) <= _utc(as_of) < _utc(expiry)
+    return parse_utc(computed_at) <= parse_utc(as_of) < parse_utc(expiry)
 
 
 def servable_column(as_of: datetime) -> Column:
@@ -60,7 +58,7 @@ def servable_filter(as_of: datetime) -> ds.Expression:
     """The servable-at rule as an Arrow dataset filter (the ``deltalake`` read paths)."""
     import pyarrow.dataset as ds
 
-    stamp = _utc(as_of)
+    stamp = parse_utc(as_of)  # naive times are UTC, as everywhere in the warehouse
     return (ds.field(COMPUTED_AT) <= stamp) & (ds.field(EXPIRES_AT) > stamp)
 
 
