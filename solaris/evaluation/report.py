@@ -181,6 +181,57 @@ def verdict_lines(intervals: BootstrapIntervals) -> list[str]:
     return lines
 
 
+def _ceiling_conclusion(oracle_vs_distilled: Interval | None) -> str:
+    """What the oracle-vs-distillation interval says SOLARIS can reach on these data."""
+    if oracle_vs_distilled is None or not oracle_vs_distilled.bounded:
+        return "the ceiling could not be compared with distillation on these data."
+    assert oracle_vs_distilled.low is not None and oracle_vs_distilled.high is not None
+    if oracle_vs_distilled.low > 0:
+        return ("even the exact pair for every request predicts worse than distillation: **SOLARIS cannot beat "
+                "distillation on these data**, whatever its coverage; what it adds is measured on top of "
+                "distillation (VM+SOLARIS+distilled).")
+    if oracle_vs_distilled.high < 0:
+        return ("the exact pair for every request predicts better than distillation: SOLARIS could beat "
+                "distillation on these data; the gap between the served values and the ceiling is what "
+                "speculation and the tiers leave on the table.")
+    return "the ceiling and distillation do not differ on these data (the interval includes 0)."
+
+
+def ceiling_lines(intervals: BootstrapIntervals) -> list[str]:
+    """The ceiling section: what any precomputed value could transfer here, against distillation.
+
+    Why a section of its own: a transfer ratio below the published one means little until the
+    reader knows whether the data allow more. The oracle (the exact pair at the serving tick for
+    every request, through the same VM) bounds what SOLARIS can carry; the FM limited to the
+    tick's history bounds what the oracle's vector can know. Generated from the intervals, so the
+    conclusion follows the numbers of each run.
+    """
+    pooled = intervals.pooled
+    level = f"({100 * intervals.confidence:g} %, users resampled)"
+    at_tick = pooled.comparisons.get(f"{FM_AT_TICK}-vs-vm_baseline")
+    oracle = _difference(pooled.comparisons, SOLARIS_ORACLE, "vm_distilled")
+    lines = ["## The ceiling: what a precomputed value can transfer here", ""]
+    if at_tick is not None:
+        lines.append(
+            f"- The FM limited to the history as of the serving tick vs the VM baseline: \u0394NE = "
+            f"{interval_text(at_tick.ne_difference, 4)} {level} \u2014 "
+            + _verdict(at_tick.ne_difference, "a value computed at the tick knows less than the VM's real-time inputs",
+                       "a value computed at the tick still beats the VM")
+        )
+    transfer = pooled.transfer_ratio
+    lines += [
+        f"- Transfer ratio of the ceiling (VM+SOLARIS oracle): {interval_text(transfer.get(SOLARIS_ORACLE))}; of "
+        f"the served values (VM+SOLARIS {tiers_label(SOLARIS_MAX_TIER[SOLARIS_ALL])}): "
+        f"{interval_text(transfer.get(SOLARIS_ALL))}; of distillation: {interval_text(transfer.get('vm_distilled'))}; "
+        f"of both together (VM+SOLARIS+distilled): {interval_text(transfer.get('solaris_distilled'))}.",
+        f"- Ceiling vs distillation: \u0394NE = {interval_text(oracle, 4)} {level}"
+        + "".join(f"; window {t0}: {interval_text(_difference(cell.comparisons, SOLARIS_ORACLE, 'vm_distilled'), 4)}"
+                  for t0, cell in intervals.per_window.items())
+        + " \u2014 " + _ceiling_conclusion(oracle),
+    ]
+    return lines
+
+
 def _seeding(settings: EvaluationConfig, seeds: tuple[int, ...]) -> str:
     """What a seed varies: with a shared replay only the VMs, otherwise every model and the replay."""
     if settings.share_replay:
@@ -348,6 +399,8 @@ def render_markdown(summary: EvaluationSummary, plots: list[str]) -> str:
         "every variant and seed, so differences are paired); statistics are averaged over seeds, on the "
         "requests of every window together. TR = (NE_VM \u2212 NE_variant) / (NE_VM \u2212 NE_FM); "
         "\u0394NE < 0: the variant is better.",
+        "",
+        *ceiling_lines(intervals),
         "",
         "## Set-up",
         "",

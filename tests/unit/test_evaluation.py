@@ -203,6 +203,33 @@ def test_report_files_from_a_summary(tmp_path):
     assert "model.adapter.design: concat" in report
 
 
+def test_the_ceiling_section_follows_the_oracle_vs_distillation_interval(tmp_path):
+    """The report states what the ceiling allows, from the interval of oracle - distilled: worse than
+    distillation (SOLARIS cannot beat it here), better, or no difference; with both transfer ratios."""
+    from solaris.evaluation.bootstrap import Interval
+    from solaris.evaluation.report import ceiling_lines
+
+    summary = _summary(tmp_path)
+    report_text = "\n".join(ceiling_lines(summary.intervals))
+    assert "the ceiling and distillation do not differ" in report_text  # every VM variant predicts the same here
+    assert "Transfer ratio of the ceiling (VM+SOLARIS oracle)" in report_text and "of distillation:" in report_text
+    key = f"{evaluation.SOLARIS_ORACLE}-vs-vm_distilled"
+    pooled = summary.intervals.pooled
+
+    def with_oracle_gap(low: float, high: float) -> str:
+        comparison = replace(pooled.comparisons[key], ne_difference=Interval((low + high) / 2, low, high))
+        changed = replace(pooled, comparisons={**pooled.comparisons, key: comparison})
+        return "\n".join(ceiling_lines(replace(summary.intervals, pooled=changed)))
+
+    worse = with_oracle_gap(0.008, 0.018)
+    assert "SOLARIS cannot beat distillation on these data" in worse and "+0.0130 [+0.0080, +0.0180]" in worse
+    assert "SOLARIS could beat distillation" in with_oracle_gap(-0.02, -0.01)
+    assert "do not differ" in with_oracle_gap(-0.01, 0.01)
+    write_report(tmp_path, summary)
+    report = (tmp_path / "report.md").read_text()
+    assert report.index("## The ceiling") < report.index("## Set-up")
+
+
 def test_the_report_shows_each_window_and_pooled(tmp_path):
     later = T0.replace(day=5)
     summary = _summary(tmp_path, t0s=(T0, later))
