@@ -121,7 +121,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def ranked_sets(spark, config, tick, final, baseline_weights, phases, sweep=()):
+def ranked_sets(spark, config, tick, final, baseline_weights, phases, sweep=(), context=None):
     """(set, user_id, item_id, rank) of every pair set measured at ``tick`` (views already built),
     the FM passes of each written set per user (user_id, passes, set), and the frames to drop at the
     tick's end.
@@ -199,7 +199,7 @@ def ranked_sets(spark, config, tick, final, baseline_weights, phases, sweep=()):
         verifier_checkpoint=str(resolve_checkpoint(config.resolve_under_warehouse(pre.verifier_checkpoint))),
         embedding_dim=config.model.embedding_dim, history_length=config.model.history_length,
         request_ts=int(tick.timestamp()), model_batch_size=pre.model_batch_size, torch_threads=pre.torch_threads)
-    features = candidate_features(spark, config, today_candidates, tick)
+    features = candidate_features(spark, config, today_candidates, tick, context)
     scored = eager(features.mapInArrow(make_scorer(spec), OUTPUT_SCHEMA).select("user_id", "item_id", "verifier_score"),
                    "FM (today)")
     relevance = VerifierConfig(rule="relevance", threshold=0.5, top_k_per_user=20)
@@ -217,7 +217,7 @@ def ranked_sets(spark, config, tick, final, baseline_weights, phases, sweep=()):
     return sets, passes, held
 
 
-def measure_tick(spark, config, tick, sets, passes, written_names):
+def measure_tick(spark, config, tick, sets, passes, written_names, context=None):
     """Hits per (set, stratum, budget), requests per stratum, written pairs and their TTL hits, and
     per user (the bootstrap's unit): requests from users with >= 1 prior event, the written sets'
     hits among them and FM passes."""
@@ -227,7 +227,7 @@ def measure_tick(spark, config, tick, sets, passes, written_names):
 
     pre = config.precompute
     events = spark.read.format("delta").load(config.table_path("events"))
-    history = visible_events(spark, config, tick).groupBy("user_id").agg(F.count("*").alias("n"))
+    history = visible_events(spark, config, tick, context).groupBy("user_id").agg(F.count("*").alias("n"))
     stratum = (F.when(F.col("n").isNull(), "none").when(F.col("n") <= 20, "1-20").otherwise(">20"))
     horizon_end = tick + timedelta(hours=pre.horizon_hours)
     horizon = events.where((F.col("ts") > F.lit(tick)) & (F.col("ts") <= F.lit(horizon_end)))
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     from solaris.config import load_config
     from solaris.jobs.candidates import prepare_views
     from solaris.jobs.train_speculator import fit, requesters_per_hour
-    from solaris.precompute.spark_features import tick_events
+    from solaris.pipeline import open_tick
     from solaris.precompute.speculation import busiest_ticks
     from solaris.precompute.speculator_store import load_speculator, save_speculator
     from solaris.spark import get_spark
@@ -393,15 +393,18 @@ def main(argv: list[str] | None = None) -> None:
     ceiling: dict[int, int] = defaultdict(int)
     for number, tick in enumerate(ticks):
         tick_started = time.perf_counter()
-        with tick_events(spark, config, tick):
-            final = prepare_views(spark, config, tick, speculator)
+        with open_tick(spark, config, tick, batch_audit=False) as context:
+            prepared = prepare_views(spark, config, tick, speculator, tick=context)
             phases["views"] += time.perf_counter() - tick_started
-            sets, fm_passes, cached = ranked_sets(spark, config, tick, final, baseline_weights, phases, sweep)
+            sets, fm_passes, cached = ranked_sets(spark, config, tick, prepared.final, baseline_weights, phases, sweep,
+                                                 context)
             started = time.perf_counter()
-            per_stratum, tick_hits, sizes, tick_users = measure_tick(spark, config, tick, sets, fm_passes, names)
+            per_stratum, tick_hits, sizes, tick_users = measure_tick(spark, config, tick, sets, fm_passes, names,
+                                                                     context)
             phases["measure"] += time.perf_counter() - started
             for frame in cached:
                 frame.unpersist()
+            prepared.release()
         for name, (n, users) in per_stratum.items():
             requests[name] += n
             requesters[name] += users

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from solaris.config import SolarisConfig
     from solaris.precompute.speculation import Speculator
+    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.candidates")
 
@@ -43,8 +44,6 @@ class CandidatesResult:
     blend: str = "hand"  # "learned <version>" or "hand" (config weights, also the fallback)
 
 
-# The retrieval parts and the run-shared views of the last prepare_views call, dropped at the next call.
-_CACHED: list[DataFrame] = []
 # The per-user views of a run that several sources and the features read: cached once per run (Why:
 # the final query would otherwise recompute each of them from the events once per reader).
 RUN_SHARED_VIEWS = ("active_users", "user_activity", "user_recent", "engaged")
@@ -64,11 +63,29 @@ def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris candidates", __doc__)
 
 
+@dataclass
+class PreparedViews:
+    """The views of sql/candidates.sql registered for one run: the final statement (per-user cap and
+    global budget) and the frames the run cached for it (the retrieval parts, the run-shared views).
+
+    Whoever prepared them calls :meth:`release` once the final statement's rows are written or
+    collected (the views stay registered, uncached): nothing outlives the run.
+    """
+
+    final: str
+    cached: list[DataFrame] = field(default_factory=list)
+
+    def release(self) -> None:
+        while self.cached:
+            self.cached.pop().unpersist()
+
+
 def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
-                    only_users: DataFrame | None = None) -> DataFrame:
+                    only_users: DataFrame | None = None, tick: Tick | None = None) -> DataFrame:
     """The retrieval source: per active user, the top ``source_items`` unengaged items by inner
     product of FM user vectors with item vectors (mean vector of an item's recent engagers).
-    ``only_users`` (a ``user_id`` frame): only they are queried (the fast lane)."""
+    ``only_users`` (a ``user_id`` frame): only they are queried (the fast lane). The frame is
+    persisted (materialised here): the caller unpersists it."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -87,7 +104,7 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
         log.warning("no FM checkpoint at %s: retrieval source skipped", fm_dir)
         return empty
     load_checkpoint(fm_dir, "fm", dim)  # refuse a bad checkpoint on the driver
-    events = visible_events(spark, config, as_of)
+    events = visible_events(spark, config, as_of, tick)
     window = events.where(within_hours(24 * rules.retrieval_days))
     active = events.where(within_hours(rules.lookback_hours)).select("user_id")
     if only_users is not None:
@@ -96,7 +113,7 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     # with the KNN stage of the same tick (user_vectors), a superset that the joins below narrow
     wanted = window.select("user_id").union(active).distinct() if only_users is not None else None
     vectors, owned = user_vectors(spark, config, as_of, str(fm_dir),
-                                  user_representation_step(str(fm_dir), config, as_of), wanted)
+                                  user_representation_step(str(fm_dir), config, as_of), wanted, tick)
     items = (window.select("user_id", "item_id").distinct().join(vectors, "user_id")
              .groupBy("item_id").applyInPandas(make_item_averager(dim), ITEM_SCHEMA)
              .orderBy("item_id").toArrow())  # the catalog's vectors: one row per item, like KNN's centroids
@@ -115,14 +132,14 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     if owned:
         vectors.unpersist()
     broadcast.unpersist()
-    _CACHED.append(parts)
     return parts
 
 
 def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
-                  speculator: Speculator | None, users: DataFrame | None = None) -> str:
+                  speculator: Speculator | None, users: DataFrame | None = None, tick: Tick | None = None
+                  ) -> PreparedViews:
     """Register the views of sql/candidates.sql (``source_parts``, ``features``, ``candidate_pairs``...)
-    for events <= as_of and return its final statement (per-user cap and global budget).
+    for events <= as_of; the caller releases what they cached (:meth:`PreparedViews.release`).
 
     ``users`` (a ``user_id`` frame): speculate for them only (the fast lane); None: every active user.
     """
@@ -132,38 +149,36 @@ def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     from solaris.precompute.speculation import candidate_params
     from solaris.storage.sql import render, statements
 
-    release_cached()
     rules = config.precompute.candidates
     blend = speculator.blend if speculator is not None and rules.blend == "learned" else None
     request = speculator.request if speculator is not None else None
-    visible_events(spark, config, as_of).createOrReplaceTempView("events")
+    visible_events(spark, config, as_of, tick).createOrReplaceTempView("events")
     lane = users.select("user_id") if users is not None else spark.createDataFrame([], "user_id long")
     lane.createOrReplaceTempView("lane_users")  # the SQL names it either way; read only when restricted
-    retrieval_parts(spark, config, as_of, users).createOrReplaceTempView("retrieval_parts")
     params = candidate_params(rules, as_of, blend, request, restrict_users=users is not None)
     *views, final = statements(render("candidates", **params))
-    period = (_PeriodStatistics(spark, config, params["stats_as_of"], views) if rules.item_stats_hours > 1
-              else None)
-    for statement in views:
-        name = _view_name(statement)
-        if period is not None and ITEM_STAT_VIEWS.get(name) in rules.sources:
-            period.frame(name, statement).createOrReplaceTempView(name)
-            continue
-        if not _registered_as(spark, name, statement):
-            spark.sql(statement)
-    if period is not None:
-        period.store()
-    for name in RUN_SHARED_VIEWS:  # in this order: each later view reads the cached active_users
-        frame = spark.table(name).persist(StorageLevel.MEMORY_AND_DISK)
-        frame.count()
-        _CACHED.append(frame)
-    return final
-
-
-def release_cached() -> None:
-    """Drop what the last :func:`prepare_views` call cached (its views stay registered, uncached)."""
-    while _CACHED:
-        _CACHED.pop().unpersist()
+    prepared = PreparedViews(final, [retrieval_parts(spark, config, as_of, users, tick)])
+    try:
+        prepared.cached[0].createOrReplaceTempView("retrieval_parts")
+        period = (_PeriodStatistics(spark, config, params["stats_as_of"], views) if rules.item_stats_hours > 1
+                  else None)
+        for statement in views:
+            name = _view_name(statement)
+            if period is not None and ITEM_STAT_VIEWS.get(name) in rules.sources:
+                period.frame(name, statement).createOrReplaceTempView(name)
+                continue
+            if not _registered_as(spark, name, statement):
+                spark.sql(statement)
+        if period is not None:
+            period.store()
+        for name in RUN_SHARED_VIEWS:  # in this order: each later view reads the cached active_users
+            frame = spark.table(name).persist(StorageLevel.MEMORY_AND_DISK)
+            prepared.cached.append(frame)
+            frame.count()
+    except BaseException:
+        prepared.release()  # a failed run leaves nothing cached
+        raise
+    return prepared
 
 
 def _view_name(statement: str) -> str:
@@ -284,23 +299,24 @@ def _materialise(frame: DataFrame) -> DataFrame:
 
 
 def build_candidates(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str,
-                     speculator: Speculator | None = None, users: DataFrame | None = None) -> DataFrame:
+                     speculator: Speculator | None = None, users: DataFrame | None = None,
+                     tick: Tick | None = None) -> tuple[DataFrame, PreparedViews]:
     """DataFrame of this run's candidates (contract columns), computed from events <= as_of
-    (for ``users`` only when given)."""
+    (for ``users`` only when given), and the prepared views it reads (release them once it is written)."""
     from pyspark.sql import functions as F
 
-    final = prepare_views(spark, config, as_of, speculator, users)
+    prepared = prepare_views(spark, config, as_of, speculator, users, tick)
     horizon_end = as_of + timedelta(hours=config.precompute.horizon_hours)
-    return spark.sql(final).select(
+    return spark.sql(prepared.final).select(
         F.lit(run_id).alias("run_id"), "user_id", "item_id", "source", "spec_score", "request_score",
         F.lit(as_of).cast("timestamp").alias("as_of"),
         F.lit(horizon_end).cast("timestamp").alias("horizon_end"),
         F.to_date(F.lit(as_of).cast("timestamp")).alias("run_date"),
-    )
+    ), prepared
 
 
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str,
-        users: DataFrame | None = None) -> CandidatesResult:
+        users: DataFrame | None = None, *, tick: Tick | None = None) -> CandidatesResult:
     """Speculate and replace this run's rows; ``users`` (a ``user_id`` frame) restricts it to them
     (the fast lane: same sources, blend and caps, fewer users)."""
     import pyarrow.compute as pc
@@ -312,13 +328,13 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     speculator = load_speculator(config, as_of)
     learned = speculator is not None and config.precompute.candidates.blend == "learned"
     blend = f"learned {speculator.version}" if learned and speculator is not None else "hand"
-    frame = build_candidates(spark, config, as_of, run_id, speculator, users)
+    frame, prepared = build_candidates(spark, config, as_of, run_id, speculator, users, tick)
     path = config.table_path("candidates")
     try:
         replace_run(frame, path, run_id, partition_by=["run_date"],
                     rows=driver_rows(frame, config.spark.driver_max_rows, order_by=("user_id", "item_id")))
     finally:
-        release_cached()
+        prepared.release()
     written = run_rows(spark, path, run_id, ("source", "user_id"))
     pairs, n_users = written.num_rows, len(pc.unique(written.column("user_id")))
     by_source = {str(entry["values"]): int(entry["counts"])
@@ -328,7 +344,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     record.table_versions["candidates"] = table_version(spark, path)
     record.details = {"users": n_users, "by_source": by_source, "blend": blend,
                       "request_model": None if speculator is None else speculator.version}
-    record.write(spark, config, "success")
+    record.write(spark, config, "success", tick)
     log.info("candidates at %s: %d pairs for %d users, blend %s %s", as_of, pairs, n_users, blend, by_source)
     return CandidatesResult(pairs=pairs, users=n_users, by_source=by_source, blend=blend)
 

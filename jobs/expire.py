@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
     from solaris.config import SolarisConfig
+    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.expire")
 
@@ -67,7 +68,7 @@ def is_vacuum_hour(as_of: datetime, every_hours: int) -> bool:
 
 
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, optimize: bool = False,
-        vacuum: bool = True) -> ExpireResult:
+        vacuum: bool = True, *, tick: Tick | None = None) -> ExpireResult:
     from delta.tables import DeltaTable
 
     from solaris.storage.sql import literal
@@ -84,7 +85,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     path = config.table_path("pair_embeddings")
     if not table_exists(spark, path):
         log.info("no pair_embeddings table yet at %s: nothing to expire", path)
-        record.write(spark, config, "success")
+        record.write(spark, config, "success", tick)
         return ExpireResult(expired=0, remaining=0, log_trimmed=0, optimized=False, vacuumed=False)
     table = DeltaTable.forPath(spark, path)
     cutoff = literal(as_of)
@@ -114,7 +115,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     result = ExpireResult(expired=expired, remaining=remaining, log_trimmed=trimmed, optimized=optimize,
                           vacuumed=vacuum)
     record.details = asdict(result)
-    record.write(spark, config, "success")
+    record.write(spark, config, "success", tick)
     log.info("expired %d pair embeddings with expires_at <= %s; %d remain", expired, as_of, remaining)
     return result
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
     from solaris.config import SolarisConfig
+    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.hit_rate")
 
@@ -82,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris hit-rate", __doc__)
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> HitRateResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, tick: Tick | None = None
+        ) -> HitRateResult:
     from pyspark.sql import functions as F
 
     from solaris.storage.tables import RunRecord
@@ -120,14 +122,15 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
                            candidates=pair_set("candidates"), verified=pair_set("verified"))
     record = RunRecord(run_id=run_id, job="hit_rate", as_of=as_of, rows_in=n_requests,
                        rows_out=result.verified.hits, details=result.details())
-    record.write(spark, config, "success")
+    record.write(spark, config, "success", tick)
     log.info("run %s: %d requests in the horizon; hit rate candidates %s, verified %s", run_id, n_requests,
              _pct(result.candidates.hit_rate), _pct(result.verified.hit_rate))
     return result
 
 
 def coverage(
-    spark: SparkSession, config: SolarisConfig, as_of: datetime, manifest_path: str, run_id: str
+    spark: SparkSession, config: SolarisConfig, as_of: datetime, manifest_path: str, run_id: str, *,
+    tick: Tick | None = None,
 ) -> CoverageResult:
     """Resolve the next hour's requests through the snapshot just published; share per tier."""
     from solaris.serving.resolver import coverage as tier_shares
@@ -142,7 +145,7 @@ def coverage(
                             shares=tier_shares(tiers) if len(requests) else {})
     RunRecord(run_id=run_id, job="coverage", as_of=as_of, rows_in=len(requests),
               details={"requests": len(requests), "snapshot": tables.snapshot_id, **result.shares}
-              ).write(spark, config, "success")
+              ).write(spark, config, "success", tick)
     log.info("coverage of %d requests in (%s, +1h] via %s: %s", len(requests), as_of, tables.snapshot_id,
              ", ".join(f"<={tier} {100 * result.cumulative(tier):.1f}%" for tier in SERVING_ORDER))
     return result

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
     from solaris.config import SolarisConfig
+    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.impute")
 
@@ -100,7 +101,8 @@ def make_imputer(dim: int, min_neighbors: int,
     return impute
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> ImputeResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, tick: Tick | None = None
+        ) -> ImputeResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -154,7 +156,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     record.table_versions = {"imputed_embeddings": table_version(spark, path)}
     result = ImputeResult(users_without_aggregate=n_missing, imputed=n_written, not_imputable=n_missing - n_written)
     record.details = asdict(result)
-    record.write(spark, config, "success")
+    record.write(spark, config, "success", tick)
     log.info("impute at %s: %d users without an aggregate, %d imputed from neighbours", as_of, n_missing, n_written)
     return result
 

@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from solaris.config import SolarisConfig
     from solaris.models.fm import FoundationModel
+    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.item_aggregates")
 
@@ -75,7 +76,7 @@ def imputed_item_schema() -> pa.Schema:
 
 
 def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: datetime,
-                         run_id: str) -> tuple[int, int | None]:
+                         run_id: str, tick: Tick | None = None) -> tuple[int, int | None]:
     """Tier 6 at ``as_of``: write ``imputed_item_embeddings`` -> (rows this run wrote, table version)."""
     import numpy as np
     import pandas as pd
@@ -96,7 +97,7 @@ def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: date
         source_embeddings = decode(sources.column("embedding"), dim)
     else:
         source_ids, source_embeddings = np.empty(0, np.int64), np.empty((0, dim), np.float32)
-    engaged = (visible_events(spark, config, as_of).where(within_hours(enrichment.item_catalog_hours))
+    engaged = (visible_events(spark, config, as_of, tick).where(within_hours(enrichment.item_catalog_hours))
                .select("item_id").distinct().toArrow().column("item_id").to_numpy().astype(np.int64))
     targets = np.setdiff1d(engaged, source_ids)
     fm_dir = resolve_checkpoint(config.resolve_under_warehouse(config.precompute.fm_checkpoint))
@@ -130,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris item-aggregates", __doc__)
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> ItemAggregatesResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, tick: Tick | None = None
+        ) -> ItemAggregatesResult:
     from solaris.storage.tables import RunRecord, table_exists
 
     enrichment = config.enrichment
@@ -138,7 +140,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     log_path = config.table_path("pair_embeddings_log")
     if not table_exists(spark, log_path):
         log.warning("no pair_embeddings_log yet at %s: no item aggregates", log_path)
-        record.write(spark, config, "success")
+        record.write(spark, config, "success", tick)
         return ItemAggregatesResult(items=0, pairs=0, window_start=None)
     window_start = as_of - timedelta(hours=enrichment.item_window_hours)
     means = write_window_means(spark, config, as_of, run_id, key="item_id", table="item_embeddings",
@@ -147,13 +149,13 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     record.table_versions = {"item_embeddings": means.version}
     imputed = 0
     if enrichment.item_neighbors > 0:
-        imputed, version = impute_missing_items(spark, config, as_of, run_id)
+        imputed, version = impute_missing_items(spark, config, as_of, run_id, tick)
         record.table_versions["imputed_item_embeddings"] = version
     result = ItemAggregatesResult(items=means.keys, pairs=means.pairs, window_start=window_start.isoformat(),
                                   imputed_items=imputed)
     record.rows_out, record.rows_in = means.keys + imputed, means.pairs
     record.details = asdict(result)
-    record.write(spark, config, "success")
+    record.write(spark, config, "success", tick)
     log.info("item aggregates at %s: %d items from %d pair embeddings computed since %s",
              as_of, means.keys, means.pairs, window_start)
     return result

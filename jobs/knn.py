@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from solaris.config import EnrichmentConfig, SolarisConfig
+    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.enrichment.knn")
 
@@ -95,23 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str,
-        fm_path: str | None = None) -> KnnResult:
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    from solaris.enrichment import knn
+        fm_path: str | None = None, *, tick: Tick | None = None) -> KnnResult:
+    """Represent every user with the FM, reuse or train the IVF index, search, write, check recall."""
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
     from solaris.precompute.spark_features import user_vectors
     from solaris.runtime import JobInputError
-    from solaris.storage.tables import RunRecord, with_commit_retry
-    from solaris.udfs.knn import (
-        ASSIGNMENT_SCHEMA,
-        CANDIDATE_LISTS_SCHEMA,
-        CANDIDATE_SCHEMA,
-        make_cluster_assigner,
-        make_cluster_searcher,
-        user_representation_step,
-    )
+    from solaris.storage.tables import RunRecord
+    from solaris.udfs.knn import user_representation_step
 
     started = time.perf_counter()
     enrichment, dim, k = config.enrichment, config.model.embedding_dim, config.enrichment.knn_k
@@ -120,59 +111,21 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     record = RunRecord(run_id=run_id, job="knn", as_of=as_of)
     # shared with the retrieval source of candidates inside a tick
     step = user_representation_step(str(fm_dir), config, as_of)
-    vectors, owned = user_vectors(spark, config, as_of, str(fm_dir), step)
+    vectors, owned = user_vectors(spark, config, as_of, str(fm_dir), step, tick=tick)
     neighbors = None
     try:
         n_users = vectors.count()
         if n_users < 2:
             raise JobInputError(f"KNN needs at least 2 users with events up to {as_of}; found {n_users}")
         index_start = time.perf_counter()
-        index_dir = _index_dir(config, fm_meta["version"])
-        stored = _stored_indexes(index_dir)
-        reuse = knn.reusable_index([(trained_at, users) for trained_at, users, _ in stored], as_of.timestamp(),
-                                   n_users, enrichment.knn_index_hours)
-        on_driver = n_users <= enrichment.knn_driver_max_users
-        # on the driver path every user comes back (their vectors are the search's input); else only the samples
-        hashed = _hashed_vectors(vectors, config.seed,
-                                 None if on_driver else _sample_shares(n_users, enrichment, reuse is None))
-        train, held_out, (query_ids, query_vectors) = _driver_samples(hashed, n_users, enrichment, dim,
-                                                                      with_training=reuse is None)
-        if reuse is not None:
-            centroids, nprobe, sample_recall = _load_index(stored[reuse][2])
-        else:
-            centroids = knn.train_centroids(train, enrichment.knn_clusters or knn.default_clusters(n_users),
-                                            config.seed)
-            population = train if held_out is None else held_out  # see choose_nprobe: not the training points
-            nprobe, curve = knn.choose_nprobe(population, centroids, k, enrichment.knn_target_recall,
-                                              population_fraction=len(population) / n_users, seed=config.seed)
-            sample_recall = float(curve[nprobe - 1])
-            _save_index(index_dir, as_of, n_users, centroids, nprobe, sample_recall)
-        if enrichment.knn_nprobe:
-            nprobe = min(enrichment.knn_nprobe, centroids.shape[0])
-        if on_driver and not knn.fits_driver(n_users, nprobe, k, enrichment.knn_driver_max_users):
-            log.info("knn: %d users x nprobe %d x k %d candidates exceed the driver's bound: searching in Spark",
-                     n_users, nprobe, k)
-            on_driver = False
+        index = _cluster_index(config, vectors, n_users, fm_meta["version"], as_of)
+        centroids, nprobe = index.centroids, index.nprobe
+        query_ids, query_vectors = index.query_ids, index.query_vectors
         index_seconds = time.perf_counter() - index_start
 
         search_start = time.perf_counter()
-        local: _DriverSearch | None = None
-        if on_driver:
-            local = _driver_search(hashed, centroids, nprobe, k, dim)
-            found = spark.createDataFrame(local.lists, CANDIDATE_LISTS_SCHEMA)
-        else:
-            centroids_b = spark.sparkContext.broadcast(centroids)
-            rows = vectors.mapInPandas(make_cluster_assigner(centroids_b, nprobe, dim), ASSIGNMENT_SCHEMA)
-            candidates = rows.groupBy("cluster_id").applyInPandas(make_cluster_searcher(k, dim), CANDIDATE_SCHEMA)
-            found = _merge_candidates(candidates, k)
-        neighbors = found.select("user_id", "neighbor_ids", "similarities", "cluster_id",
-                                 F.lit(as_of).cast("timestamp").alias("computed_at"),
-                                 F.lit(fm_meta["version"]).alias("fm_version"), F.lit(run_id).alias("run_id"))
-        if local is None:  # the recall check reads the Spark search's lists again
-            neighbors = neighbors.persist(StorageLevel.MEMORY_AND_DISK)
+        neighbors, local = _search_and_write(spark, config, index, vectors, fm_meta["version"], as_of, run_id)
         path = config.table_path("user_neighbors")
-        write = neighbors.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-        with_commit_retry(lambda: write.save(path), f"overwrite {path}")
         search_seconds = time.perf_counter() - search_start
 
         recall_start = time.perf_counter()
@@ -186,12 +139,12 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         record.table_versions = {"user_neighbors": version}
         result = KnnResult(users=n_users, clusters=int(centroids.shape[0]), nprobe=nprobe, k=k, recall=recall,
                            fm_version=fm_meta["version"], target_recall=enrichment.knn_target_recall,
-                           sample_recall=sample_recall, recall_queries=len(query_ids), index_reused=reuse is not None,
-                           search_on="driver" if on_driver else "spark",
+                           sample_recall=index.sample_recall, recall_queries=len(query_ids),
+                           index_reused=index.reused, search_on="driver" if index.on_driver else "spark",
                            index_seconds=index_seconds, search_seconds=search_seconds, recall_seconds=recall_seconds,
                            seconds=time.perf_counter() - started)
         record.details = result.details()
-        record.write(spark, config, "success")
+        record.write(spark, config, "success", tick)
         log.info("knn at %s: %d users, %d clusters, nprobe %d (sample recall %.3f), recall@%d vs exact = %.3f on %d "
                  "queries; search %.1fs, stage %.1fs", as_of, n_users, centroids.shape[0], nprobe, result.sample_recall,
                  k, recall, len(query_ids), search_seconds, result.seconds)
@@ -203,6 +156,95 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             neighbors.unpersist()
         if owned:
             vectors.unpersist()
+
+
+@dataclass(frozen=True)
+class _ClusterIndex:
+    """The IVF index a run searches with, where it searches, and the rows the search and the recall
+    check read on the driver."""
+
+    centroids: np.ndarray
+    nprobe: int
+    sample_recall: float  # recall@k of the chosen nprobe on the sample it was chosen on
+    reused: bool  # a stored index of the same FM and settings, still fresh enough (knn_index_hours)
+    on_driver: bool  # the search runs in this process (few users), else in Spark
+    hashed: pd.DataFrame  # _hashed_vectors' rows: every user (driver search) or the samples only
+    query_ids: np.ndarray
+    query_vectors: np.ndarray
+
+
+def _cluster_index(config: SolarisConfig, vectors: DataFrame, n_users: int, fm_version: str,
+                   as_of: datetime) -> _ClusterIndex:
+    """Reuse a stored index or train one (centroids, then the smallest nprobe reaching the target
+    recall on held-out users), and decide where the search runs."""
+    from solaris.enrichment import knn
+
+    enrichment, dim, k = config.enrichment, config.model.embedding_dim, config.enrichment.knn_k
+    index_dir = _index_dir(config, fm_version)
+    stored = _stored_indexes(index_dir)
+    reuse = knn.reusable_index([(trained_at, users) for trained_at, users, _ in stored], as_of.timestamp(),
+                               n_users, enrichment.knn_index_hours)
+    on_driver = n_users <= enrichment.knn_driver_max_users
+    # on the driver path every user comes back (their vectors are the search's input); else only the samples
+    hashed = _hashed_vectors(vectors, config.seed,
+                             None if on_driver else _sample_shares(n_users, enrichment, reuse is None))
+    train, held_out, (query_ids, query_vectors) = _driver_samples(hashed, n_users, enrichment, dim,
+                                                                  with_training=reuse is None)
+    if reuse is not None:
+        centroids, nprobe, sample_recall = _load_index(stored[reuse][2])
+    else:
+        centroids = knn.train_centroids(train, enrichment.knn_clusters or knn.default_clusters(n_users),
+                                        config.seed)
+        population = train if held_out is None else held_out  # see choose_nprobe: not the training points
+        nprobe, curve = knn.choose_nprobe(population, centroids, k, enrichment.knn_target_recall,
+                                          population_fraction=len(population) / n_users, seed=config.seed)
+        sample_recall = float(curve[nprobe - 1])
+        _save_index(index_dir, as_of, n_users, centroids, nprobe, sample_recall)
+    if enrichment.knn_nprobe:
+        nprobe = min(enrichment.knn_nprobe, centroids.shape[0])
+    if on_driver and not knn.fits_driver(n_users, nprobe, k, enrichment.knn_driver_max_users):
+        log.info("knn: %d users x nprobe %d x k %d candidates exceed the driver's bound: searching in Spark",
+                 n_users, nprobe, k)
+        on_driver = False
+    return _ClusterIndex(centroids, nprobe, sample_recall, reuse is not None, on_driver, hashed, query_ids,
+                         query_vectors)
+
+
+def _search_and_write(spark: SparkSession, config: SolarisConfig, index: _ClusterIndex, vectors: DataFrame,
+                      fm_version: str, as_of: datetime, run_id: str) -> tuple[DataFrame, _DriverSearch | None]:
+    """Every user's k nearest neighbours through ``index`` (on the driver or in Spark), written over
+    ``user_neighbors`` -> (the written rows, persisted after a Spark search; the driver search)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from solaris.storage.tables import with_commit_retry
+    from solaris.udfs.knn import (
+        ASSIGNMENT_SCHEMA,
+        CANDIDATE_LISTS_SCHEMA,
+        CANDIDATE_SCHEMA,
+        make_cluster_assigner,
+        make_cluster_searcher,
+    )
+
+    dim, k = config.model.embedding_dim, config.enrichment.knn_k
+    local: _DriverSearch | None = None
+    if index.on_driver:
+        local = _driver_search(index.hashed, index.centroids, index.nprobe, k, dim)
+        found = spark.createDataFrame(local.lists, CANDIDATE_LISTS_SCHEMA)
+    else:
+        centroids_b = spark.sparkContext.broadcast(index.centroids)
+        rows = vectors.mapInPandas(make_cluster_assigner(centroids_b, index.nprobe, dim), ASSIGNMENT_SCHEMA)
+        candidates = rows.groupBy("cluster_id").applyInPandas(make_cluster_searcher(k, dim), CANDIDATE_SCHEMA)
+        found = _merge_candidates(candidates, k)
+    neighbors = found.select("user_id", "neighbor_ids", "similarities", "cluster_id",
+                             F.lit(as_of).cast("timestamp").alias("computed_at"),
+                             F.lit(fm_version).alias("fm_version"), F.lit(run_id).alias("run_id"))
+    if local is None:  # the recall check reads the Spark search's lists again
+        neighbors = neighbors.persist(StorageLevel.MEMORY_AND_DISK)
+    path = config.table_path("user_neighbors")
+    write = neighbors.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    with_commit_retry(lambda: write.save(path), f"overwrite {path}")
+    return neighbors, local
 
 
 def _index_dir(config: SolarisConfig, fm_version: str) -> Path:

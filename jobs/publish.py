@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from solaris.config import SolarisConfig
     from solaris.serving.snapshots import PinnedTable, ServableStats
+    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.publish")
 
@@ -181,8 +182,10 @@ def _pinned(spark: SparkSession, path: str) -> PinnedTable:
     return PinnedTable(path=path, version=version)
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> PublishResult:
-    from solaris.runtime import JobInputError
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, tick: Tick | None = None
+        ) -> PublishResult:
+    """Pin every tier table at its current version, count what is servable at the as-of, run the
+    quality gate, then write the snapshot manifest (the one atomic step serving sees)."""
     from solaris.serving.snapshots import (
         SNAPSHOTS_DIR,
         Manifest,
@@ -194,29 +197,12 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         read_manifest,
         write_manifest,
     )
-    from solaris.storage.tables import RunRecord, table_exists
+    from solaris.storage.tables import RunRecord
     from solaris.timeutil import utc_stamp
 
     dim = config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="publish", as_of=as_of)
-    tables: dict[str, PinnedTable] = {}
-    log.info(
-        "publish %s: checking servable rows of %s at their current Delta versions", run_id, ", ".join(EMBEDDING_TABLES)
-    )
-    for name in EMBEDDING_TABLES:
-        path = config.table_path(name)
-        if table_exists(spark, path):
-            tables[name] = _pinned(spark, path)
-    neighbors_path = config.table_path("user_neighbors")
-    if not table_exists(spark, neighbors_path):
-        raise JobInputError(f"no user_neighbors at {neighbors_path}: run `solaris knn` first")
-    neighbors = _pinned(spark, neighbors_path)
-    stats = _servable_stats_on_driver(dict(tables), neighbors, as_of, dim, config.spark.driver_max_rows)
-    if stats is None:
-        # the known users at the version the manifest pins, like every tier table
-        known = spark.read.format("delta").option("versionAsOf", neighbors.version).load(neighbors.path)
-        stats = _servable_stats(spark, dict(tables), known.select("user_id"), as_of, dim)
-    tables["user_neighbors"] = neighbors
+    tables, stats = _pinned_tables_and_stats(spark, config, as_of)
     counts = {name: stats.rows.get(name, 0) for name in EMBEDDING_TABLES}
     bad = {name: stats.bad.get(name, 0) for name in EMBEDDING_TABLES}
     n_known, n_covered = stats.users_known, stats.users_covered
@@ -236,7 +222,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     }
     if reasons:
         record.details["refused"] = reasons
-        record.write(spark, config, "refused")
+        record.write(spark, config, "refused", tick)
         raise QualityGateError("snapshot refused, nothing published: " + "; ".join(reasons))
     manifest = Manifest(
         snapshot_id=f"snapshot-{utc_stamp(as_of)}",
@@ -255,7 +241,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     record.rows_out = sum(counts.values())
     record.table_versions = {name: spec.version for name, spec in tables.items()}
     record.details["manifest"] = str(manifest_path)
-    record.write(spark, config, "success")
+    record.write(spark, config, "success", tick)
     log.info(
         "published %s: %s servable rows, coverage %.1f%% of %d known users",
         manifest_path,
@@ -264,6 +250,34 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         n_known,
     )
     return PublishResult(manifest=str(manifest_path), coverage=coverage, users_known=n_known, row_counts=counts)
+
+
+def _pinned_tables_and_stats(spark: SparkSession, config: SolarisConfig, as_of: datetime
+                             ) -> tuple[dict[str, PinnedTable], ServableStats]:
+    """Every existing tier table and ``user_neighbors`` pinned at their current Delta versions, and
+    the servable rows / users of those versions at ``as_of`` (on the driver when small enough)."""
+    from solaris.runtime import JobInputError
+    from solaris.storage.tables import table_exists
+
+    dim = config.model.embedding_dim
+    tables: dict[str, PinnedTable] = {}
+    log.info("publish at %s: checking servable rows of %s at their current Delta versions", as_of,
+             ", ".join(EMBEDDING_TABLES))
+    for name in EMBEDDING_TABLES:
+        path = config.table_path(name)
+        if table_exists(spark, path):
+            tables[name] = _pinned(spark, path)
+    neighbors_path = config.table_path("user_neighbors")
+    if not table_exists(spark, neighbors_path):
+        raise JobInputError(f"no user_neighbors at {neighbors_path}: run `solaris knn` first")
+    neighbors = _pinned(spark, neighbors_path)
+    stats = _servable_stats_on_driver(dict(tables), neighbors, as_of, dim, config.spark.driver_max_rows)
+    if stats is None:
+        # the known users at the version the manifest pins, like every tier table
+        known = spark.read.format("delta").option("versionAsOf", neighbors.version).load(neighbors.path)
+        stats = _servable_stats(spark, dict(tables), known.select("user_id"), as_of, dim)
+    tables["user_neighbors"] = neighbors
+    return tables, stats
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
     from solaris.config import SolarisConfig, VerifierConfig
+    from solaris.tick import Tick
+    from solaris.udfs.fm_scoring import ScoringSpec
 
 log = logging.getLogger("solaris.score")
 
@@ -74,22 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, fm_path: str | None = None,
-        verifier_path: str | None = None, load_log_dir: str | None = None) -> ScoreResult:
-    from pyspark import StorageLevel
+        verifier_path: str | None = None, load_log_dir: str | None = None, *, tick: Tick | None = None
+        ) -> ScoreResult:
+    """Score this run's candidates: verify (before the FM under the request rule, after it otherwise),
+    the FM pass, quarantine, then the TTL MERGE and the history log (:func:`write_pairs`)."""
     from pyspark.sql import functions as F
 
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
-    from solaris.precompute.spark_features import candidate_features
-    from solaris.storage.tables import (
-        RunRecord,
-        driver_rows,
-        merge_if_new_run,
-        replace_run,
-        run_rows,
-        table_version,
-        write_quarantine,
-    )
-    from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
+    from solaris.storage.tables import RunRecord, run_rows, table_exists, table_version
+    from solaris.udfs.fm_scoring import ScoringSpec
 
     pre = config.precompute
     fm_dir = resolve_checkpoint(config.resolve_under_warehouse(fm_path or pre.fm_checkpoint))
@@ -100,19 +95,10 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     record = RunRecord(run_id=run_id, job="score", as_of=as_of)
 
     candidates_path = config.table_path("candidates")
-    from solaris.storage.tables import table_exists
-
     if not table_exists(spark, candidates_path):
         raise JobInputError(f"no candidates table at {candidates_path}: run `solaris candidates` first")
     candidates = spark.read.format("delta").load(candidates_path).where(F.col("run_id") == run_id)
-    verifier = pre.verifier
-    if verifier.rule == "request" and ("request_score" not in candidates.columns
-                                       or not _has_values(spark, candidates_path, run_id, "request_score")):
-        # candidates written without a request model (no speculator trained yet): the relevance rule,
-        # with its own threshold and top-k
-        log.warning("run %s: no request scores in the candidates (no speculator checkpoint at or before the "
-                    "as-of: `solaris train-speculator`); verifier rule relevance instead", run_id)
-        verifier = verifier.model_copy(update={"rule": "relevance"})
+    verifier = _effective_verifier(spark, config, candidates, run_id)
     rule = verifier.rule
     persisted: list[DataFrame] = []  # unpersisted whatever happens
     try:
@@ -128,22 +114,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             history_length=config.model.history_length, request_ts=int(as_of.timestamp()),
             model_batch_size=pre.model_batch_size, torch_threads=pre.torch_threads, load_log_dir=load_log_dir,
         )
-        features = candidate_features(spark, config, candidates.select("user_id", "item_id"), as_of)
-        scored = (
-            features.mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
-            .join(candidates.select("user_id", "item_id", "source", "spec_score",
-                                    *(["request_score"] if rule == "request" else [])), ["user_id", "item_id"])
-            .withColumn(
-                "quarantine_reason",
-                F.when(F.col("quarantine_reason").isNotNull(), F.col("quarantine_reason"))
-                .when(F.octet_length("embedding") != 4 * config.model.embedding_dim, F.lit("wrong embedding dimension"))
-                .when(F.isnan("verifier_score"), F.lit("non-finite verifier_score")),
-            )
-            # the as-of into the cached rows, not into the queries that read them (the writes), so
-            # their text does not carry it (solaris.precompute.spark_features.visible_events: why)
-            .withColumn("computed_at", F.lit(as_of).cast("timestamp"))
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+        scored = scored_pairs(spark, config, candidates, as_of, spec, with_request_score=rule == "request", tick=tick)
         persisted.append(scored)
         if request_verified is not None:
             # verified before scoring; the written verifier_score is P(requested within the TTL)
@@ -155,37 +126,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             verified = verification.kept
         threshold, n_candidates = verification.threshold, verification.rows
         n_scored = scored.count()
-        computed_at = F.col("computed_at")
-        expiry = expires_at_column(computed_at, pre.ttl_hours)
-        rows = verified.select(
-            "*",
-            F.lit(run_id).alias("run_id"),
-            expiry.alias("expires_at"),
-        ).withColumn("expiry_bucket", F.date_trunc(pre.expiry_bucket, "expires_at"))
-
-        bad = rows.where(F.col("quarantine_reason").isNotNull()).select(
-            F.col("quarantine_reason").alias("reason"),
-            F.to_json(
-                F.struct("user_id", "item_id", "fm_score", "verifier_score", "fm_version", "verifier_version", "run_id")
-            ).alias("payload"),
-            computed_at.alias("seen_at"),
-        )
-        good = rows.where(F.col("quarantine_reason").isNull()).select(*PAIR_COLUMNS)
-        counts = rows.agg(
-            F.count("*").alias("verified"), F.count_if(F.col("quarantine_reason").isNotNull()).alias("quarantined")
-        ).collect()[0]
-        n_verified, n_quarantined = int(counts["verified"]), int(counts["quarantined"])
-        write_quarantine(spark, config, bad, "pair_embeddings", run_id, n_rejected=n_quarantined)
+        n_verified, n_quarantined = write_pairs(spark, config, verified, run_id)
         path = config.table_path("pair_embeddings")
-        # Append-only history (trimmed by expire) for the 24 h user aggregates, which outlive the TTL.
-        log_rows = good.withColumn("computed_date", F.to_date("computed_at"))
-        # the same rows for both writes, computed once (None: Spark writes both from the frames)
-        collected = driver_rows(log_rows, config.spark.driver_max_rows, n_verified - n_quarantined,
-                                ("user_id", "item_id"))
-        merge_if_new_run(good, path, keys=["user_id", "item_id"], partition_by=["expiry_bucket"],
-                         rows=None if collected is None else collected.drop_columns(["computed_date"]))
-        replace_run(log_rows, config.table_path("pair_embeddings_log"), run_id, ["computed_date"], rows=collected)
-
         n_written = run_rows(spark, path, run_id).num_rows
         record.rows_in, record.rows_out, record.rows_quarantined = n_candidates, n_written, n_quarantined
         record.table_versions = {"pair_embeddings": table_version(spark, path)}
@@ -203,20 +145,94 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
             budget=verification.budget,
         )
         record.details = asdict(result)
-        record.write(spark, config, "success")
-        log.info(
-            "run %s: %d candidates -> %d verified (threshold %.4f) -> %d written, %d quarantined",
-            run_id,
-            n_candidates,
-            n_verified,
-            threshold,
-            n_written,
-            n_quarantined,
-        )
+        record.write(spark, config, "success", tick)
+        log.info("run %s: %d candidates -> %d verified (threshold %.4f) -> %d written, %d quarantined",
+                 run_id, n_candidates, n_verified, threshold, n_written, n_quarantined)
         return result
     finally:
         for frame in persisted:
             frame.unpersist()
+
+
+def _effective_verifier(spark: SparkSession, config: SolarisConfig, candidates: DataFrame, run_id: str
+                        ) -> VerifierConfig:
+    """The configured verifier, or the relevance rule when the request rule has no request scores to read."""
+    verifier = config.precompute.verifier
+    if verifier.rule == "request" and ("request_score" not in candidates.columns or not _has_values(
+            spark, config.table_path("candidates"), run_id, "request_score")):
+        # candidates written without a request model (no speculator trained yet): the relevance rule,
+        # with its own threshold and top-k
+        log.warning("run %s: no request scores in the candidates (no speculator checkpoint at or before the "
+                    "as-of: `solaris train-speculator`); verifier rule relevance instead", run_id)
+        verifier = verifier.model_copy(update={"rule": "relevance"})
+    return verifier
+
+
+def scored_pairs(spark: SparkSession, config: SolarisConfig, candidates: DataFrame, as_of: datetime,
+                 spec: ScoringSpec, *, with_request_score: bool, tick: Tick | None) -> DataFrame:
+    """The FM + verifier pass over ``candidates`` (point-in-time features at ``as_of``), with each
+    row's quarantine reason (None: good) and ``computed_at``; persisted (the caller unpersists)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from solaris.precompute.spark_features import candidate_features
+    from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, make_scorer
+
+    features = candidate_features(spark, config, candidates.select("user_id", "item_id"), as_of, tick)
+    return (
+        features.mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
+        .join(candidates.select("user_id", "item_id", "source", "spec_score",
+                                *(["request_score"] if with_request_score else [])), ["user_id", "item_id"])
+        .withColumn(
+            "quarantine_reason",
+            F.when(F.col("quarantine_reason").isNotNull(), F.col("quarantine_reason"))
+            .when(F.octet_length("embedding") != 4 * config.model.embedding_dim, F.lit("wrong embedding dimension"))
+            .when(F.isnan("verifier_score"), F.lit("non-finite verifier_score")),
+        )
+        # the as-of into the cached rows, not into the queries that read them (the writes), so
+        # their text does not carry it (solaris.precompute.spark_features.visible_events: why)
+        .withColumn("computed_at", F.lit(as_of).cast("timestamp"))
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+
+
+def write_pairs(spark: SparkSession, config: SolarisConfig, verified: DataFrame, run_id: str) -> tuple[int, int]:
+    """Quarantine the verified rows that failed a check, MERGE the good ones into ``pair_embeddings``
+    (with their expiry) and replace the run's rows in the ``pair_embeddings_log`` history
+    -> (verified rows, quarantined rows)."""
+    from pyspark.sql import functions as F
+
+    from solaris.storage.tables import driver_rows, merge_if_new_run, replace_run, write_quarantine
+
+    pre = config.precompute
+    computed_at = F.col("computed_at")
+    rows = verified.select(
+        "*",
+        F.lit(run_id).alias("run_id"),
+        expires_at_column(computed_at, pre.ttl_hours).alias("expires_at"),
+    ).withColumn("expiry_bucket", F.date_trunc(pre.expiry_bucket, "expires_at"))
+    bad = rows.where(F.col("quarantine_reason").isNotNull()).select(
+        F.col("quarantine_reason").alias("reason"),
+        F.to_json(
+            F.struct("user_id", "item_id", "fm_score", "verifier_score", "fm_version", "verifier_version", "run_id")
+        ).alias("payload"),
+        computed_at.alias("seen_at"),
+    )
+    good = rows.where(F.col("quarantine_reason").isNull()).select(*PAIR_COLUMNS)
+    counts = rows.agg(
+        F.count("*").alias("verified"), F.count_if(F.col("quarantine_reason").isNotNull()).alias("quarantined")
+    ).collect()[0]
+    n_verified, n_quarantined = int(counts["verified"]), int(counts["quarantined"])
+    write_quarantine(spark, config, bad, "pair_embeddings", run_id, n_rejected=n_quarantined)
+    # Append-only history (trimmed by expire) for the 24 h user aggregates, which outlive the TTL.
+    log_rows = good.withColumn("computed_date", F.to_date("computed_at"))
+    # the same rows for both writes, computed once (None: Spark writes both from the frames)
+    collected = driver_rows(log_rows, config.spark.driver_max_rows, n_verified - n_quarantined, ("user_id", "item_id"))
+    merge_if_new_run(good, config.table_path("pair_embeddings"), keys=["user_id", "item_id"],
+                     partition_by=["expiry_bucket"],
+                     rows=None if collected is None else collected.drop_columns(["computed_date"]))
+    replace_run(log_rows, config.table_path("pair_embeddings_log"), run_id, ["computed_date"], rows=collected)
+    return n_verified, n_quarantined
 
 
 def _has_values(spark: SparkSession, path: str, run_id: str, column: str) -> bool:

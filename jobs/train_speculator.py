@@ -60,7 +60,7 @@ def labelled_features(spark: SparkSession, config: SolarisConfig, tick: datetime
     from solaris.precompute.speculation import FEATURES
 
     pre = config.precompute
-    prepare_views(spark, config, tick, None)
+    prepared = prepare_views(spark, config, tick, None)
     events = spark.read.format("delta").load(config.table_path("events"))
     later = events.where((F.col("ts") > F.lit(tick)) & (F.col("ts") <= F.lit(tick + timedelta(hours=pre.ttl_hours))))
     labels = later.groupBy("user_id", "item_id").agg(
@@ -72,7 +72,10 @@ def labelled_features(spark: SparkSession, config: SolarisConfig, tick: datetime
     rate = float(negative_rate)
     sampled = rows.where(F.col("in_ttl") | (F.abs(F.xxhash64("user_id", "item_id", F.lit(tick_number))) % 1_000_000
                                            < F.lit(int(rate * 1_000_000))))
-    frame = cast("pd.DataFrame", sampled.toPandas())
+    try:
+        frame = cast("pd.DataFrame", sampled.toPandas())
+    finally:
+        prepared.release()
     frame["weight"] = 1.0
     frame.loc[~frame["in_ttl"], "weight"] = 1.0 / rate
     return frame.sort_values(["user_id", "item_id"], kind="stable").reset_index(drop=True)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
     from solaris.config import SolarisConfig
+    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.user_aggregates")
 
@@ -46,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     return job_parser("solaris user-aggregates", __doc__)
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> UserAggregatesResult:
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, tick: Tick | None = None
+        ) -> UserAggregatesResult:
     from solaris.storage.tables import RunRecord, table_exists
 
     enrichment = config.enrichment
@@ -54,7 +56,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     log_path = config.table_path("pair_embeddings_log")
     if not table_exists(spark, log_path):
         log.warning("no pair_embeddings_log yet at %s: no user aggregates", log_path)
-        record.write(spark, config, "success")
+        record.write(spark, config, "success", tick)
         return UserAggregatesResult(users=0, pairs=0, window_start=None)
     window_start = as_of - timedelta(hours=enrichment.window_hours)
     means = write_window_means(spark, config, as_of, run_id, key="user_id", table="user_embeddings",
@@ -63,7 +65,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     record.rows_out, record.rows_in = means.keys, means.pairs
     record.table_versions = {"user_embeddings": means.version}
     record.details = asdict(result)
-    record.write(spark, config, "success")
+    record.write(spark, config, "success", tick)
     log.info("user aggregates at %s: %d users from %d pair embeddings computed since %s",
              as_of, means.keys, means.pairs, window_start)
     return result

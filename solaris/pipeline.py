@@ -7,26 +7,31 @@ build their tasks from :data:`PRECOMPUTE` / :data:`ENRICHMENT` (a DAG test check
 every in-process caller goes through :func:`run_cycle`.
 
 A stage is the unit a user sees everywhere: one Airflow task (retries, logs), one ``solaris
-<command>``, one ``jobs/<name>.py`` entry file with a ``run(spark, config, as_of, run_id)``.
+<command>``, one ``jobs/<name>.py`` entry file with a ``run(spark, config, as_of, run_id, *, tick=None)``
+(the stage list holds those functions; :func:`run_cycle` hands each the tick it opened).
 Replays add two *measurements* that read the future (hit rate after ``score``, coverage after
 ``publish``); they never feed a decision and are not part of the scheduled DAGs.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
 from solaris.config import SolarisConfig
 from solaris.jobs import candidates as candidates_job
+from solaris.jobs import expire as expire_job
 from solaris.jobs import hit_rate
+from solaris.jobs import impute as impute_job
+from solaris.jobs import item_aggregates as item_aggregates_job
+from solaris.jobs import knn as knn_job
 from solaris.jobs import publish as publish_job
 from solaris.jobs import score as score_job
+from solaris.jobs import user_aggregates as user_aggregates_job
 from solaris.jobs.candidates import CandidatesResult
 from solaris.jobs.expire import ExpireResult
 from solaris.jobs.hit_rate import CoverageResult, HitRateResult
@@ -37,8 +42,9 @@ from solaris.jobs.publish import PublishResult
 from solaris.jobs.score import ScoreResult
 from solaris.jobs.user_aggregates import UserAggregatesResult
 from solaris.precompute.fast_lane import UserActivity, is_hourly_tick, select_users, window_start
-from solaris.precompute.spark_features import tick_events
-from solaris.storage.tables import RunRecord, batched_audit
+from solaris.precompute.spark_features import keep_visible_events, visible_events
+from solaris.storage.tables import RunRecord, write_runs
+from solaris.tick import Tick
 from solaris.timeutil import default_run_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,15 +58,14 @@ Half = Literal["precompute", "enrichment"]
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage of the hourly cycle: task id, job module, its half and its upstream stages."""
+    """One stage of the hourly cycle: task id, its half, its upstream stages and its job's ``run``."""
 
-    name: str  # Airflow task id, key in CycleResult, module solaris.jobs.<name>
+    name: str  # Airflow task id, key in CycleResult, entry file jobs/<name>.py
     half: Half  # which DAG runs it, and so which run id it writes under
     upstream: tuple[str, ...]  # stages of the same half that must finish first
     doc: str  # one line for the task's doc_md
-
-    def module(self) -> Any:
-        return importlib.import_module(f"solaris.jobs.{self.name}")
+    # run(spark, config, as_of, run_id, *, tick=None) of jobs/<name>.py, called in-process by run_cycle
+    run: Callable[..., Any] = field(repr=False, compare=False)
 
 
 PRECOMPUTE: tuple[Stage, ...] = (
@@ -69,31 +74,39 @@ PRECOMPUTE: tuple[Stage, ...] = (
         "precompute",
         (),
         "Speculate the pairs of the next horizon (sql/candidates.sql) into `candidates`.",
+        candidates_job.run,
     ),
     Stage(
         "score",
         "precompute",
         ("candidates",),
         "FM + verifier scoring UDF, verifier rule, TTL MERGE into `pair_embeddings`.",
+        score_job.run,
     ),
     Stage(
         "expire",
         "precompute",
         ("score",),
         "Delete rows with `expires_at <= as_of`; VACUUM (retention guard on) at the midnight run.",
+        expire_job.run,
     ),
 )
 ENRICHMENT: tuple[Stage, ...] = (
-    Stage("user_aggregates", "enrichment", (), "Tier 3: 24 h mean of each user's pair embeddings."),
-    Stage("knn", "enrichment", (), "FAISS clusters + KNN over FM user representations; recall@k in `runs`."),
+    Stage("user_aggregates", "enrichment", (), "Tier 3: 24 h mean of each user's pair embeddings.",
+          user_aggregates_job.run),
+    Stage("knn", "enrichment", (), "FAISS clusters + KNN over FM user representations; recall@k in `runs`.",
+          knn_job.run),
     Stage(
         "impute",
         "enrichment",
         ("user_aggregates", "knn"),
         "Tier 4: impute users without an aggregate from their neighbours.",
+        impute_job.run,
     ),
-    Stage("item_aggregates", "enrichment", (), "Tiers 5-6: 24 h item means; other items from the FM item space."),
-    Stage("publish", "enrichment", ("impute", "item_aggregates"), "Quality gate, then the atomic snapshot manifest."),
+    Stage("item_aggregates", "enrichment", (), "Tiers 5-6: 24 h item means; other items from the FM item space.",
+          item_aggregates_job.run),
+    Stage("publish", "enrichment", ("impute", "item_aggregates"), "Quality gate, then the atomic snapshot manifest.",
+          publish_job.run),
 )
 CYCLE: tuple[Stage, ...] = PRECOMPUTE + ENRICHMENT
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in CYCLE)
@@ -104,6 +117,26 @@ LAST_MEASURE = "coverage"
 def run_ids(as_of: datetime) -> dict[str, str]:
     """Run id of each half at ``as_of``: every stage of one hour shares it, so reruns replace."""
     return {half: default_run_id(half, as_of) for half in ("precompute", "enrichment")}
+
+
+@contextmanager
+def open_tick(spark: "SparkSession", config: SolarisConfig, as_of: datetime, *, batch_audit: bool = True
+              ) -> Iterator[Tick]:
+    """The context of one tick at ``as_of``, handed to every stage run inside the block.
+
+    The tick keeps the events visible at ``as_of`` (read once for all its stages) and, with
+    ``batch_audit``, collects the stages' ``runs`` rows; when the block ends, also after a failure,
+    its frames are unpersisted and the rows written in one commit (nothing is lost). The hourly
+    cycle batches its audit; the fast lane writes each stage's row at once, as before.
+    """
+    tick = Tick(as_of, audit=[] if batch_audit else None)
+    try:
+        keep_visible_events(spark, config, tick)
+        yield tick
+    finally:
+        tick.release()
+        if tick.audit:
+            write_runs(spark, config, tick.audit)
 
 
 def tick_schedule(start: datetime, end: datetime, step_hours: float = 1.0) -> list[datetime]:
@@ -180,18 +213,19 @@ def run_cycle(
 
     block_started = time.perf_counter()
     # the tick's `runs` rows in one commit (also after a failure); the events up to as_of read once
-    with batched_audit(spark, config), tick_events(spark, config, as_of):
+    with open_tick(spark, config, as_of) as tick:
         for step in CYCLE:
             if step.name not in wanted:
                 continue
             kwargs = {"vacuum": vacuum} if step.name == "expire" else {}
             # B023 below: timed() calls each lambda at once, inside this iteration
-            timed(step.name, lambda: step.module().run(spark, config, as_of, ids[step.half], **kwargs))  # noqa: B023
+            timed(step.name, lambda: step.run(spark, config, as_of, ids[step.half], tick=tick, **kwargs))  # noqa: B023
             if measure and step.name == "score":
-                timed("hit_rate", lambda: hit_rate.run(spark, config, as_of, ids["precompute"]))
+                timed("hit_rate", lambda: hit_rate.run(spark, config, as_of, ids["precompute"], tick=tick))
             if measure and step.name == "publish":
                 manifest = results["publish"].manifest
-                timed(LAST_MEASURE, lambda: hit_rate.coverage(spark, config, as_of, manifest, ids["enrichment"]))  # noqa: B023
+                timed(LAST_MEASURE, lambda: hit_rate.coverage(spark, config, as_of, manifest,  # noqa: B023
+                                                              ids["enrichment"], tick=tick))
     # what the block spent outside its stages: the tick's one `runs` commit, caching and dropping
     # the tick's events - less the observer's own time, which a tick without a benchmark never pays
     seconds["runs_audit"] = time.perf_counter() - block_started - sum(seconds.values()) - observed
@@ -232,7 +266,8 @@ def lane_config(config: SolarisConfig) -> SolarisConfig:
     return config.model_copy(update={"precompute": config.precompute.model_copy(update={"candidates": rules})})
 
 
-def user_activity(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> list[UserActivity]:
+def user_activity(spark: SparkSession, config: SolarisConfig, as_of: datetime, tick: Tick | None = None
+                  ) -> list[UserActivity]:
     """Per user with an event in the window: events in it and the last event before it (events <= as_of).
 
     The Spark form of :func:`solaris.precompute.fast_lane.activity_from_events`; only users active
@@ -240,10 +275,8 @@ def user_activity(spark: SparkSession, config: SolarisConfig, as_of: datetime) -
     """
     from pyspark.sql import functions as F
 
-    from solaris.precompute.spark_features import visible_events
-
     start = window_start(as_of, config.fast_lane)
-    events = visible_events(spark, config, as_of)
+    events = visible_events(spark, config, as_of, tick)
     in_window = events.where(F.col("ts") > F.lit(start)).select("user_id").distinct()
     rows = (events.join(in_window, "user_id", "left_semi").groupBy("user_id")
             .agg(F.count_if(F.col("ts") > F.lit(start)).alias("n"),
@@ -263,9 +296,10 @@ def run_fast_lane(spark: SparkSession, config: SolarisConfig, as_of: datetime, r
     if is_hourly_tick(as_of):
         lane_log.info("fast lane at %s: on the hour the hourly cycle runs and publishes; nothing to do", as_of)
         return FastLaneResult(skipped="hourly tick")
-    with tick_events(spark, config, as_of):  # the events <= as_of read once for the selection and the stages
+    # the events <= as_of read once for the selection and the stages; each stage's `runs` row written at once
+    with open_tick(spark, config, as_of, batch_audit=False) as tick:
         started = time.perf_counter()
-        selection = select_users(user_activity(spark, config, as_of), as_of, config.fast_lane)
+        selection = select_users(user_activity(spark, config, as_of, tick), as_of, config.fast_lane)
         seconds["select"] = time.perf_counter() - started
         lane_log.info("fast lane %s: %d users with a first event in (%s, %s] (%d new, %d returning after > %gh; "
                       "%d over max_users=%d)", run_id, len(selection.users), window_start(as_of, config.fast_lane),
@@ -280,9 +314,9 @@ def run_fast_lane(spark: SparkSession, config: SolarisConfig, as_of: datetime, r
         users = spark.createDataFrame([(user,) for user in selection.users], "user_id long")
         results: dict[str, object] = {}
         for name, call in (
-            ("candidates", lambda: candidates_job.run(spark, lane, as_of, run_id, users)),
-            ("score", lambda: score_job.run(spark, lane, as_of, run_id)),
-            ("publish", lambda: publish_job.run(spark, lane, as_of, run_id)),
+            ("candidates", lambda: candidates_job.run(spark, lane, as_of, run_id, users, tick=tick)),
+            ("score", lambda: score_job.run(spark, lane, as_of, run_id, tick=tick)),
+            ("publish", lambda: publish_job.run(spark, lane, as_of, run_id, tick=tick)),
         ):
             started = time.perf_counter()
             results[name] = call()

@@ -6,21 +6,28 @@ exact features the models were trained on; the unit tests check both paths agree
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from solaris.config import SolarisConfig
+    from solaris.tick import Tick
 
-# (events table path, as_of) -> the cached visible events of the tick being run (see tick_events).
-_TICK_EVENTS: dict[tuple[str, datetime], Any] = {}
-# (events table path, as_of, FM checkpoint folder) -> the tick's FM user representations (see user_vectors).
-_TICK_VECTORS: dict[tuple[str, datetime, str], Any] = {}
-# (events table path, as_of, history length) -> every user's history at the tick (see tick_histories).
-_TICK_HISTORIES: dict[tuple[str, datetime, int], Any] = {}
+# Keys of the frames a tick shares (solaris.tick.Tick.frames): the visible events, every user's
+# history (per history length), the FM's user representations (per FM checkpoint folder).
+TICK_EVENTS = "visible_events"
+
+
+def _histories_key(history_length: int) -> tuple[str, int]:
+    return ("histories", history_length)
+
+
+def _vectors_key(fm_dir: str) -> tuple[str, str]:
+    return ("user_vectors", fm_dir)
+
+
 EVENT_COLUMNS = ("user_id", "item_id", "ts", "label")
 # The tick's as-of as a column of every visible event (see visible_events).
 TICK_AS_OF = "tick_as_of"
@@ -39,12 +46,13 @@ def within_hours(hours: float, column: str = "ts") -> Column:
     return F.col(column) > F.timestamp_micros(F.unix_micros(TICK_AS_OF) - F.lit(window_micros(hours)))
 
 
-def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> DataFrame:
+def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime, tick: Tick | None = None
+                   ) -> DataFrame:
     """Events with ``ts <= as_of`` (the point-in-time rule), columns the stages use, and the as-of
     itself as column ``tick_as_of``.
 
-    Inside :func:`tick_events` for the same ``as_of`` this is the tick's cached frame, so the
-    stages of one tick (candidates, score, knn) read the events table once, not once each.
+    With a ``tick`` that keeps them (:func:`keep_visible_events`) this is the tick's cached frame,
+    so the stages of one tick (candidates, score, knn) read the events table once, not once each.
 
     Why the as-of as a column: Spark generates and compiles Java code per query, and reuses the
     compiled class only for identical source text. A time written into a query as a literal (a
@@ -56,7 +64,7 @@ def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) 
     """
     from pyspark.sql import functions as F
 
-    cached = _TICK_EVENTS.get((config.table_path("events"), as_of))
+    cached = tick.check(as_of).frame(TICK_EVENTS) if tick is not None else None
     if cached is not None:
         return cached
     events = spark.read.format("delta").load(config.table_path("events"))
@@ -64,37 +72,21 @@ def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) 
         *EVENT_COLUMNS, F.lit(as_of).cast("timestamp").alias(TICK_AS_OF))
 
 
-@contextmanager
-def tick_events(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> Iterator[None]:
-    """Cache the events visible at ``as_of`` for the stages run inside the block, then drop them.
+def keep_visible_events(spark: SparkSession, config: SolarisConfig, tick: Tick) -> DataFrame:
+    """Cache the events visible at the tick's as-of for every stage the tick is handed to.
 
     Safe because nothing inside a tick writes events, and point-in-time by construction: the
     cached frame holds only ``ts <= as_of``. Reads of later events (the replay measurements) go
-    to the table, never to this cache.
+    to the table, never to this cache. The tick unpersists it when it closes.
     """
-    from pyspark import StorageLevel
-
-    key = (config.table_path("events"), as_of)
-    if key in _TICK_EVENTS:  # nested: the outer block owns the cache
-        yield
-        return
-    frame = visible_events(spark, config, as_of).persist(StorageLevel.MEMORY_AND_DISK)
-    _TICK_EVENTS[key] = frame
-    try:
-        yield
-    finally:
-        del _TICK_EVENTS[key]
-        frame.unpersist()
-        for vectors_key in [entry for entry in _TICK_VECTORS if entry[:2] == key]:
-            _TICK_VECTORS.pop(vectors_key).unpersist()
-        for histories_key in [entry for entry in _TICK_HISTORIES if entry[:2] == key]:
-            _TICK_HISTORIES.pop(histories_key).unpersist()
+    return tick.keep(TICK_EVENTS, visible_events(spark, config, tick.as_of))
 
 
-def tick_histories(spark: SparkSession, config: SolarisConfig, as_of: datetime, create: bool = True
+def tick_histories(spark: SparkSession, config: SolarisConfig, tick: Tick | None, create: bool = True
                    ) -> DataFrame | None:
-    """Every user's :func:`user_histories` at ``as_of``, cached until the tick ends; None outside
-    :func:`tick_events`, and None when ``create`` is False and the tick has not built them yet.
+    """Every user's :func:`user_histories` at the tick's as-of, kept until the tick ends; None
+    without a tick that keeps its events, and None when ``create`` is False and the tick has not
+    built them yet.
 
     Why: the FM reads the same point-in-time history of a user up to three times in one hourly tick
     (the retrieval source's and the KNN stage's user representations, and the score stage's pair
@@ -103,47 +95,46 @@ def tick_histories(spark: SparkSession, config: SolarisConfig, as_of: datetime, 
     representations build them for everyone (``create``); the score stage only reuses them, so the
     fast lane, whose representations cover its few users, never pays for everyone's.
     """
-    from pyspark import StorageLevel
-
-    events_key = (config.table_path("events"), as_of)
-    key = (*events_key, config.model.history_length)
-    if events_key not in _TICK_EVENTS or (key not in _TICK_HISTORIES and not create):
+    if tick is None or tick.frame(TICK_EVENTS) is None:
         return None
-    if key not in _TICK_HISTORIES:
-        _TICK_HISTORIES[key] = user_histories(visible_events(spark, config, as_of), None,
-                                              config.model.history_length).persist(StorageLevel.MEMORY_AND_DISK)
-    return _TICK_HISTORIES[key]
+    key = _histories_key(config.model.history_length)
+    kept = tick.frame(key)
+    if kept is None and create:
+        events = visible_events(spark, config, tick.as_of, tick)
+        kept = tick.keep(key, user_histories(events, None, config.model.history_length))
+    return kept
 
 
 def user_vectors(spark: SparkSession, config: SolarisConfig, as_of: datetime, fm_dir: str,
                  represent: Callable[[DataFrame], DataFrame],
-                 users: DataFrame | None = None) -> tuple[DataFrame, bool]:
+                 users: DataFrame | None = None, tick: Tick | None = None) -> tuple[DataFrame, bool]:
     """The FM's user representations at ``as_of`` (``user_id``, ``vector``) -> (frame, owned).
 
     ``represent`` turns :func:`user_histories` rows into them with the FM in ``fm_dir``
     (``solaris.udfs.knn.user_representation_step``; passed in because the UDFs sit downstream of
     this module).
 
-    ``users`` (a ``user_id`` frame) None means every user with a visible event. Inside
-    :func:`tick_events` that set is computed once per tick and FM and shared: the retrieval source
+    ``users`` (a ``user_id`` frame) None means every user with a visible event. With a ``tick`` that
+    keeps its events, that set is computed once per tick and FM and shared: the retrieval source
     of ``candidates`` and the ``knn`` stage both represent users with the same FM, from the same
     histories, at the same as-of, so the second pass only repeated the first. The shared frame is
-    cached until the tick ends (``owned`` False: the caller must not unpersist it). Otherwise the
+    kept until the tick ends (``owned`` False: the caller must not unpersist it). Otherwise the
     frame is computed for the caller, persisted, and ``owned`` (the caller unpersists it).
     """
     from pyspark import StorageLevel
 
-    key = (config.table_path("events"), as_of, fm_dir)
-    shared = users is None and key[:2] in _TICK_EVENTS
-    if shared and key in _TICK_VECTORS:
-        return _TICK_VECTORS[key], False
-    histories = tick_histories(spark, config, as_of) if shared else None
+    shared = users is None and tick is not None and tick.check(as_of).frame(TICK_EVENTS) is not None
+    key = _vectors_key(fm_dir)
+    if shared and tick is not None:
+        kept = tick.frame(key)
+        if kept is not None:
+            return kept, False
+    histories = tick_histories(spark, config, tick) if shared else None
     if histories is None:
-        histories = user_histories(visible_events(spark, config, as_of), users, config.model.history_length)
-    vectors = represent(histories).persist(StorageLevel.MEMORY_AND_DISK)
-    if shared:
-        _TICK_VECTORS[key] = vectors
-    return vectors, not shared
+        histories = user_histories(visible_events(spark, config, as_of, tick), users, config.model.history_length)
+    if shared and tick is not None:
+        return tick.keep(key, represent(histories)), False
+    return represent(histories).persist(StorageLevel.MEMORY_AND_DISK), True
 
 
 def user_histories(events: DataFrame, users: DataFrame | None, history_length: int) -> DataFrame:
@@ -181,15 +172,16 @@ def user_histories(events: DataFrame, users: DataFrame | None, history_length: i
     return lists.join(counts, "user_id")
 
 
-def candidate_features(spark: SparkSession, config: SolarisConfig, candidates: DataFrame, as_of: datetime) -> DataFrame:
+def candidate_features(spark: SparkSession, config: SolarisConfig, candidates: DataFrame, as_of: datetime,
+                       tick: Tick | None = None) -> DataFrame:
     """Join (user, item) candidates with history lists and user/item counters (events <= as_of);
     inside an hourly tick, the tick's histories of every user when its user representations built
     them (:func:`tick_histories`)."""
     from pyspark.sql import functions as F
 
-    events = visible_events(spark, config, as_of)
+    events = visible_events(spark, config, as_of, tick)
     items = candidates.select("item_id").distinct()
-    histories = tick_histories(spark, config, as_of, create=False)
+    histories = tick_histories(spark, config, tick.check(as_of) if tick is not None else None, create=False)
     if histories is None:
         histories = user_histories(events, candidates.select("user_id").distinct(), config.model.history_length)
     counts = (

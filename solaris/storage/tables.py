@@ -13,10 +13,9 @@ import logging
 import os
 import random
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 from solaris.config import SolarisConfig
 from solaris.storage.validity import servable_column, servable_filter
@@ -25,6 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+    from solaris.tick import Tick
 
 Result = TypeVar("Result")
 
@@ -489,33 +490,6 @@ def write_quarantine(
     replace_where(rows, path, predicate, partition_by=["run_date"])
 
 
-# Audit rows held back by :func:`batched_audit` (None: every RunRecord.write commits at once).
-_AUDIT_BUFFER: list[tuple] | None = None
-
-
-@contextmanager
-def batched_audit(spark: "SparkSession", config: SolarisConfig) -> Iterator[None]:
-    """Write the ``runs`` rows of every stage inside the block in one commit when it ends.
-
-    Why: each write into ``runs`` is a Delta commit (and with Spark, which wrote it before, several
-    jobs and seconds - more than most stages' real work when each of a tick's ten stages wrote its own). An
-    in-process cycle (:func:`solaris.pipeline.run_cycle`) writes them together; the rows, keys and
-    idempotency are unchanged, and they are written also when a stage fails (nothing is lost). A
-    stage run on its own (spark-submit, an Airflow task) still writes its row immediately.
-    """
-    global _AUDIT_BUFFER
-    if _AUDIT_BUFFER is not None:  # nested: the outer block writes
-        yield
-        return
-    _AUDIT_BUFFER = []
-    try:
-        yield
-    finally:
-        rows, _AUDIT_BUFFER = _AUDIT_BUFFER, None
-        if rows:
-            _write_runs(spark, config, rows)
-
-
 def _runs_schema() -> StructType:
     from pyspark.sql import types as T
 
@@ -536,7 +510,7 @@ def _runs_schema() -> StructType:
     )
 
 
-def _write_runs(spark: "SparkSession", config: SolarisConfig, rows: list[tuple]) -> None:
+def write_runs(spark: "SparkSession", config: SolarisConfig, rows: list[tuple]) -> None:
     """Replace the rows of these ``(run_id, job)`` keys with ``rows`` in one commit (an upsert on the key).
 
     Why with ``deltalake`` and not Spark: a handful of rows, written by every stage run on its own
@@ -645,7 +619,14 @@ class RunRecord:
     table_versions: dict[str, int | None] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
 
-    def write(self, spark: "SparkSession", config: SolarisConfig, status: str) -> None:
+    def write(self, spark: "SparkSession", config: SolarisConfig, status: str, tick: Tick | None = None) -> None:
+        """Record the run with ``status``: into the tick's audit rows when the tick collects them
+        (one commit when it closes, also after a failure: nothing is lost), else at once.
+
+        Why a tick collects them: each write into ``runs`` is a Delta commit, and with Spark, which
+        wrote it before, several jobs and seconds - more than most stages' real work when each of a
+        tick's ten stages wrote its own. The rows, keys and idempotency are the same either way.
+        """
         self.status = status
         row = (
             self.run_id,
@@ -660,10 +641,10 @@ class RunRecord:
             {k: None if v is None else int(v) for k, v in self.table_versions.items()},
             json.dumps(self.details, sort_keys=True, default=str),
         )
-        if _AUDIT_BUFFER is not None:
-            _AUDIT_BUFFER.append(row)
+        if tick is not None and tick.audit is not None:
+            tick.audit.append(row)
         else:
-            _write_runs(spark, config, [row])
+            write_runs(spark, config, [row])
 
 
 def _sql_str(value: str) -> str:

@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 
-from solaris.storage.tables import RunRecord, batched_audit, table_exists, table_version
+from solaris.storage.tables import RunRecord, table_exists, table_version
+
+AS_OF = datetime(2026, 1, 10, 12, 0, tzinfo=timezone.utc)
 
 
-def test_batched_audit_writes_every_row_in_one_commit_also_when_a_stage_fails(spark, make_config):
+def test_a_tick_writes_every_audit_row_in_one_commit_also_when_a_stage_fails(spark, make_config):
+    from solaris.pipeline import open_tick
+
     config = make_config()
+    spark.createDataFrame([(1, 10, AS_OF.replace(tzinfo=None), 1.0)], "user_id long, item_id long, ts timestamp, "
+                          "label double").write.format("delta").save(config.table_path("events"))
     path = config.table_path("runs")
     with pytest.raises(RuntimeError, match="stage failed"):
-        with batched_audit(spark, config):
-            RunRecord(run_id="r1", job="candidates", as_of=None, rows_out=5).write(spark, config, "success")
+        with open_tick(spark, config, AS_OF) as tick:
+            RunRecord(run_id="r1", job="candidates", as_of=None, rows_out=5).write(spark, config, "success", tick)
             first = RunRecord(run_id="r1", job="score", as_of=None, rows_out=1)
-            first.write(spark, config, "success")
+            first.write(spark, config, "success", tick)
             assert not table_exists(spark, path)  # held back until the block ends
-            RunRecord(run_id="r1", job="score", as_of=None, rows_out=2).write(spark, config, "refused")
+            RunRecord(run_id="r1", job="score", as_of=None, rows_out=2).write(spark, config, "refused", tick)
             raise RuntimeError("stage failed")
     rows = {(r.run_id, r.job): (r.status, r.rows_out) for r in spark.read.format("delta").load(path).collect()}
     assert rows == {("r1", "candidates"): ("success", 5), ("r1", "score"): ("refused", 2)}  # the last row of a job wins
     assert table_version(spark, path) == 1  # created empty (version 0), then the block's rows: one commit
+    assert tick.frames == {}  # the tick's events were released too
 
     RunRecord(run_id="r2", job="candidates", as_of=None).write(spark, config, "success")  # outside a block: at once
     assert table_version(spark, path) == 2
@@ -30,7 +39,7 @@ def test_batched_audit_writes_every_row_in_one_commit_also_when_a_stage_fails(sp
     assert rows == [("r1", "candidates", "success", 5), ("r1", "score", "success", 7),
                     ("r2", "candidates", "success", 0)]
     assert table_version(spark, path) == 3
-    assert table_version(spark, config.table_path("events")) is None
+    assert table_version(spark, config.table_path("events")) == 0  # the test's own events: the audit wrote none
 
 
 def _write_rounds(warehouse: str, writer: str, rounds: int, barrier) -> None:

@@ -32,7 +32,11 @@ def _rules_config(config, **overrides):
 
 
 def _pairs(spark, config, as_of=AS_OF, **overrides):
-    rows = build_candidates(spark, _rules_config(config, **overrides), as_of, "run-x").collect()
+    frame, prepared = build_candidates(spark, _rules_config(config, **overrides), as_of, "run-x")
+    try:
+        rows = frame.collect()
+    finally:
+        prepared.release()  # the views stay registered (some tests read them), uncached
     return {(r["user_id"], r["item_id"]): r for r in rows}
 
 
@@ -116,12 +120,16 @@ def test_a_run_caches_the_shared_per_user_views_once_and_releases_them_after_its
     def cached() -> list[bool]:
         return [spark.catalog.isCached(name) for name in candidates.RUN_SHARED_VIEWS]
 
-    _pairs(spark, world)  # views only: their readers (train_speculator, the bench) still need them cached
-    assert len(candidates._CACHED) == len(candidates.RUN_SHARED_VIEWS) and all(cached())
-    assert all(frame.is_cached for frame in candidates._CACHED)
+    # views only: their readers (train_speculator, the bench) need them cached until they release them
+    pairs, prepared = candidates.build_candidates(spark, _rules_config(world), AS_OF, "run-x")
+    assert len(prepared.cached) == 1 + len(candidates.RUN_SHARED_VIEWS) and all(cached())  # + retrieval parts
+    assert all(view.is_cached for view in prepared.cached[1:])
+    assert pairs.count() > 0
+    prepared.release()
+    assert prepared.cached == [] and not any(cached())
     config = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={world.warehouse}"])
     assert candidates.run(spark, config, AS_OF, "run-release").pairs > 0
-    assert candidates._CACHED == [] and not any(cached())
+    assert not any(cached())  # the run released what it cached
 
 
 def test_a_view_kept_from_the_run_before_reads_this_run_s_events(spark, world, monkeypatch):

@@ -250,8 +250,8 @@ def test_a_tick_represents_its_users_once_for_retrieval_and_knn(spark, replayed)
     each caller gets its own frame. The shared vectors equal the ones computed alone, and the score
     stage's pair features built from the tick's shared histories equal the ones it builds alone."""
     from solaris.models.checkpoint import resolve_checkpoint
-    from solaris.precompute import spark_features
-    from solaris.precompute.spark_features import candidate_features, tick_events, tick_histories, user_vectors
+    from solaris.pipeline import open_tick
+    from solaris.precompute.spark_features import candidate_features, tick_histories, user_vectors
     from solaris.udfs.knn import user_representation_step
 
     config, _ = replayed
@@ -267,18 +267,20 @@ def test_a_tick_represents_its_users_once_for_retrieval_and_knn(spark, replayed)
 
     alone, alone_owned = user_vectors(spark, config, as_of, fm, step)
     features_alone = features(candidate_features(spark, config, pairs, as_of))
-    with tick_events(spark, config, as_of):
-        assert tick_histories(spark, config, as_of, create=False) is None  # only the representations build them
-        first, first_owned = user_vectors(spark, config, as_of, fm, step)
-        second, second_owned = user_vectors(spark, config, as_of, fm, step)
-        lane, lane_owned = user_vectors(spark, config, as_of, fm, step, first.select("user_id").limit(3))
+    with open_tick(spark, config, as_of, batch_audit=False) as tick:
+        assert tick_histories(spark, config, tick, create=False) is None  # only the representations build them
+        first, first_owned = user_vectors(spark, config, as_of, fm, step, tick=tick)
+        second, second_owned = user_vectors(spark, config, as_of, fm, step, tick=tick)
+        lane, lane_owned = user_vectors(spark, config, as_of, fm, step, first.select("user_id").limit(3), tick)
         assert first is second and not first_owned and not second_owned
         assert lane_owned and lane is not first and lane.count() == 3
         shared = sorted((row.user_id, bytes(row.vector)) for row in first.collect())
-        assert tick_histories(spark, config, as_of, create=False) is not None
-        features_shared = features(candidate_features(spark, config, pairs, as_of))
+        assert tick_histories(spark, config, tick, create=False) is not None
+        features_shared = features(candidate_features(spark, config, pairs, as_of, tick))
+        kept = list(tick.frames.values())
+        assert len(kept) == 3 and all(frame.is_cached for frame in kept)  # events, histories, vectors
     assert alone_owned and shared == sorted((row.user_id, bytes(row.vector)) for row in alone.collect())
-    assert len(shared) > 2 and not spark_features._TICK_VECTORS and not spark_features._TICK_HISTORIES
+    assert len(shared) > 2 and not tick.frames and not any(frame.is_cached for frame in kept)  # released
     assert len(features_alone) == 200 and features_shared == features_alone
     assert sum(1 for _, values in features_alone if values[0]) > 100  # most pairs' users have a history
     alone.unpersist()

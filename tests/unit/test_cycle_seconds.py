@@ -6,7 +6,8 @@ amounts, so the accounting is checked exactly, not timed.
 
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
@@ -28,22 +29,21 @@ class FakeClock:
 def clock(monkeypatch):
     fake = FakeClock()
     monkeypatch.setattr(pipeline, "time", SimpleNamespace(perf_counter=fake))  # this module's clock only
-    monkeypatch.setattr(pipeline, "tick_events", lambda *args: nullcontext())
 
     @contextmanager
-    def audit(*args):
-        yield
+    def open_tick(*args, **kwargs):
+        yield None
         fake.now += 0.25  # the tick's one `runs` commit, at the block's end
 
-    monkeypatch.setattr(pipeline, "batched_audit", audit)
+    monkeypatch.setattr(pipeline, "open_tick", open_tick)
 
-    def fake_module(self):
+    def fake_run(name):
         def run(*args, **kwargs):
             fake.now += 2.0
-            return SimpleNamespace(stage=self.name)
-        return SimpleNamespace(run=run)
+            return SimpleNamespace(stage=name)
+        return run
 
-    monkeypatch.setattr(pipeline.Stage, "module", fake_module)
+    monkeypatch.setattr(pipeline, "CYCLE", tuple(replace(stage, run=fake_run(stage.name)) for stage in pipeline.CYCLE))
     return fake
 
 

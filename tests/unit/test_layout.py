@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("solaris", "solaris.errors", "solaris.timeutil", "solaris.config", "solaris.tiers"),
-    ("solaris.spark", "solaris.runtime", "solaris.storage", "solaris.class_archive"),
+    ("solaris.spark", "solaris.runtime", "solaris.storage", "solaris.class_archive", "solaris.tick"),
     ("solaris.ingest",),
     ("solaris.models",),
     ("solaris.precompute",),
@@ -103,6 +103,65 @@ def test_the_check_catches_a_back_reference(tmp_path: Path) -> None:
     fake = tmp_path / "rules.py"
     fake.write_text("from solaris.serving.resolver import Resolver\nfrom solaris.config import SolarisConfig\n")
     assert _back_references("solaris.ingest.rules", fake) == ["solaris.serving.resolver"]
+
+
+# Module-level containers a module may change, each with the bound that keeps it from growing or
+# carrying one tick's data into another (stated where it is defined).
+BOUNDED_MODULE_STATE = {
+    # item-item statistics of one period shared by the runs of that period in one session; the
+    # entries of any other period are dropped before a run adds its own
+    ("solaris.jobs.candidates", "_ITEM_STATS"),
+    # the Python worker's loaded models, least recently used out first beyond MODEL_CACHE_SIZE
+    ("solaris.udfs.fm_scoring", "_MODEL_CACHE"),
+}
+_MUTATORS = {"append", "extend", "insert", "pop", "popitem", "clear", "update", "setdefault", "add", "discard",
+             "remove"}
+_CONTAINERS = (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)
+_CONTAINER_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "deque", "Counter"}
+
+
+def _module_state(path: Path) -> set[str]:
+    """Module-level containers that the module changes anywhere (state kept between calls)."""
+    tree = ast.parse(path.read_text())
+    containers = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) and node.value is not None else []
+        value = getattr(node, "value", None)
+        called = getattr(value.func, "id", getattr(value.func, "attr", "")) if isinstance(value, ast.Call) else ""
+        mutable = isinstance(value, _CONTAINERS) or called in _CONTAINER_CALLS
+        if mutable:
+            containers.update(t.id for t in targets if isinstance(t, ast.Name))
+    changed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            changed.update(node.names)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            if isinstance(node.func.value, ast.Name):
+                changed.add(node.func.value.id)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            changed.update(t.value.id for t in targets
+                           if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name))
+    return (containers & changed) | {name for node in ast.walk(tree) if isinstance(node, ast.Global)
+                                     for name in node.names}
+
+
+def test_no_module_keeps_state_between_ticks() -> None:
+    """What the stages of a tick share is handed to them (``solaris.tick.Tick``), not kept in module
+    variables that would outlive the tick; the only module state left has a stated bound."""
+    found = {(_module_name(path), name) for path in SOURCES for name in _module_state(path)}
+    assert found == BOUNDED_MODULE_STATE
+
+
+def test_the_state_check_catches_a_module_cache(tmp_path: Path) -> None:
+    """Guard against a check that cannot fail: a dict filled by a function, a buffer swapped by
+    ``global``, a list appended to; a constant mapping that is only read is not state."""
+    fake = tmp_path / "stage.py"
+    fake.write_text("CACHE: dict = {}\nBUFFER = None\nPARTS = []\nNAMES = {'a': 1}\n"
+                    "def run(key):\n    CACHE[key] = 1\n    PARTS.append(key)\n    return NAMES[key]\n"
+                    "def block():\n    global BUFFER\n    BUFFER = []\n")
+    assert _module_state(fake) == {"CACHE", "BUFFER", "PARTS"}
 
 
 def test_the_command_list_keeps_every_name_apart_from_its_summary():
