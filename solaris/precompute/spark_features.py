@@ -181,7 +181,7 @@ def candidate_features(spark: SparkSession, config: SolarisConfig, candidates: D
 
     events = visible_events(spark, config, as_of, tick)
     items = candidates.select("item_id").distinct()
-    histories = tick_histories(spark, config, tick.check(as_of) if tick is not None else None, create=False)
+    histories = tick_histories(spark, config, tick, create=False)  # visible_events checked the tick's as-of
     if histories is None:
         histories = user_histories(events, candidates.select("user_id").distinct(), config.model.history_length)
     counts = (

@@ -132,10 +132,10 @@ def _module_state(path: Path) -> set[str]:
         mutable = isinstance(value, _CONTAINERS) or called in _CONTAINER_CALLS
         if mutable:
             containers.update(t.id for t in targets if isinstance(t, ast.Name))
-    changed = set()
+    changed, declared_global = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Global):
-            changed.update(node.names)
+            declared_global.update(node.names)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
             if isinstance(node.func.value, ast.Name):
                 changed.add(node.func.value.id)
@@ -143,8 +143,7 @@ def _module_state(path: Path) -> set[str]:
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             changed.update(t.value.id for t in targets
                            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name))
-    return (containers & changed) | {name for node in ast.walk(tree) if isinstance(node, ast.Global)
-                                     for name in node.names}
+    return (containers & changed) | declared_global
 
 
 def test_no_module_keeps_state_between_ticks() -> None:
