@@ -43,6 +43,8 @@ setup(
         "solaris.evaluation",
         "solaris.models",
         "solaris.storage",
+        "solaris.stages",
+        "solaris.drivers",
         "solaris.jobs",
         "solaris.udfs",
         "solaris.conf",

@@ -180,7 +180,7 @@ def job_time_by_group(lines: Iterable[str]) -> dict[str, GroupTime]:
             stages = event.get("Stage Infos") or [{}]
             # Delta names its jobs ("Delta: <stage>: Filtering files for query"); the others carry the
             # bench's stage name as description (and so as SQL description), so their Spark stage's
-            # call site says more ("collect at jobs/score.py:227"; AQE's query stages run from a future)
+            # call site says more ("collect at solaris/stages/score.py:227"; AQE's query stages run from a future)
             description = properties.get("spark.job.description") or ""
             site = stages[-1].get("Stage Name", "?")
             if execution is not None and sql_description.get(int(execution), description) != description:

@@ -2,7 +2,7 @@
 
 For each dataset (one run of this script does both):
 
-* **Index** (as ``jobs/knn`` builds it, with the same functions from ``solaris.enrichment.knn``): spherical
+* **Index** (as ``solaris.stages.knn`` builds it, with the same functions from ``solaris.enrichment.knn``): spherical
   k-means centroids trained on a seeded sample of at most ``--train-sample`` users
   (``enrichment.knn_sample``), ``nlist = default_clusters(n)`` unless ``--clusters``; ``nprobe`` =
   the smallest whose recall@k estimated on that sample reaches ``--target-recall``
@@ -139,7 +139,7 @@ def bench(name: str, vectors: np.ndarray, args) -> dict:
     order = rng.permutation(n)
     train_rows = np.sort(order[: args.train_sample])
     held_out = vectors[np.sort(order[len(train_rows): len(train_rows) + args.train_sample // 2])]
-    population = vectors[train_rows] if len(held_out) < 2 else held_out  # as jobs/knn: not the training points
+    population = vectors[train_rows] if len(held_out) < 2 else held_out  # as the knn stage: not the training points
     nlist = args.clusters or knn.default_clusters(n)
     centroids = knn.train_centroids(vectors[train_rows], nlist, args.seed)
     nprobe, curve = knn.choose_nprobe(population, centroids, k, args.target_recall,

@@ -82,7 +82,7 @@ class Events:
 
 def hourly_requesters(events: Events, start: int, end: int) -> dict[datetime, int]:
     """Distinct users with an event in ``(t, t + 1h]`` for each hourly ``t`` in ``[start, end)``: the
-    counts ``busiest_ticks`` chooses from (as ``jobs/train_speculator.requesters_per_hour``)."""
+    counts ``busiest_ticks`` chooses from (as ``solaris.stages.train_speculator.requesters_per_hour``)."""
     window = events.between(start, end + 3600)
     tick = (window.ts - 1) // 3600 * 3600
     keep = tick < end

@@ -89,9 +89,9 @@ def build_models(root: Path, config) -> tuple[Path, Path]:
 def run_scale(spark_holder: dict, n_events: int, args, model_roots: tuple[Path, Path]) -> dict:
     from solaris.config import load_config
     from solaris.ingest.sources import resolve_source
-    from solaris.jobs.ingest import ingest
     from solaris.pipeline import run_cycle
     from solaris.spark import get_spark
+    from solaris.stages.ingest import ingest
 
     warehouse = Path(args.work_dir) / f"events-{n_events}"
     shutil.rmtree(warehouse, ignore_errors=True)

@@ -4,7 +4,7 @@ On an ingested warehouse with an FM and a verifier trained as of <= the first ti
 ticks chosen by the data (the ``--per-day`` hours with the most distinct requesters on each of the
 ``--days`` busiest days of ``[--start, --end)``), in one Spark session:
 
-1. ``solaris.jobs.train_speculator.fit`` learns the blend and the request verifier at the first
+1. ``solaris.stages.train_speculator.fit`` learns the blend and the request verifier at the first
    tick (from ticks before it only) unless ``--no-train``; the checkpoint goes to the warehouse.
 2. At each tick ``t`` the views of ``sql/candidates.sql`` are built from events ``<= t``; ranked pair
    sets are read from them: every source alone (its own per-user ranking), the blend, today's rules
@@ -136,9 +136,9 @@ def ranked_sets(spark, config, tick, final, baseline_weights, phases, sweep=(), 
     from pyspark.sql import functions as F
 
     from solaris.config import VerifierConfig
-    from solaris.jobs.score import _verify
     from solaris.models.checkpoint import resolve_checkpoint
     from solaris.precompute.spark_features import candidate_features
+    from solaris.stages.score import _verify
     from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
     pre = config.precompute
@@ -354,12 +354,12 @@ def _figure(value: float | None, percent: bool) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from solaris.config import load_config
-    from solaris.jobs.candidates import prepare_views
-    from solaris.jobs.train_speculator import fit, requesters_per_hour
     from solaris.pipeline import open_tick
     from solaris.precompute.speculation import busiest_ticks
     from solaris.precompute.speculator_store import load_speculator, save_speculator
     from solaris.spark import get_spark
+    from solaris.stages.candidates import prepare_views
+    from solaris.stages.train_speculator import fit, requesters_per_hour
     from solaris.timeutil import parse_utc
 
     config = load_config(overrides=[f"warehouse={args.warehouse}", *NEW_SPECULATION, *args.set])

@@ -15,7 +15,8 @@ At ``--as-of t`` (a few minutes past an hour, e.g. :15/:30/:45; the DAG runs eve
 Every write is keyed on the run id ``fast-lane-<t>`` (never an hourly ``precompute-``/``enrichment-``
 id), so rerunning a tick replaces its own candidates and leaves its pairs as they are. Only events
 ``<= t`` are read. On the hour it does nothing: the hourly cycle runs then and publishes
-``snapshot-<t>`` itself.
+``snapshot-<t>`` itself. The lane chains hourly stages, so it is defined beside the hourly cycle
+(:func:`solaris.pipeline.run_fast_lane`); this file is its entry point.
 
     solaris fast-lane --as-of 2000-11-19T18:15:00Z
 """
@@ -31,10 +32,6 @@ from solaris.runtime import job_parser, run_stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from solaris.config import SolarisConfig
-
-# The lane chains hourly stages, so it is defined beside the hourly cycle (solaris/pipeline.py);
-# this file is its entry point (spark-submit, `solaris fast-lane`, the DAG's task).
-run = run_fast_lane
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         argv,
         "fast_lane",
         RUN_PREFIX,
-        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
+        run=lambda spark, config, args, run_id: run_fast_lane(spark, config, args.as_of, run_id),
         report=_report,
     )
 

@@ -1,41 +1,19 @@
-"""Replay the hourly precompute + enrichment over a time range, hour by hour, in one Spark session.
-
-For each tick ``t`` in ``[--start, --end)`` (step ``--step-hours``): candidates -> score/verify/
-write -> hit rate against the requests that arrived in ``(t, t + horizon]`` -> expire -> user
-aggregates -> KNN -> impute -> item aggregates -> publish -> coverage: the requests of ``(t, t + 1h]`` resolved
-through the published snapshot at their own timestamps, share served per tier. It is what
-the backfill/replay DAG and the demo run, and the engine of evaluations: every tick sees only
-events with ``ts <= t``, exactly like the live hourly DAG. Ticks already done (a ``success`` row in
-``runs`` for their last stage, coverage) are skipped unless ``--force``, so an interrupted replay
-resumes; every stage is idempotent, so a half-done tick is simply redone.
-
-    solaris replay --start 2000-12-01T00:00:00Z --end 2000-12-01T06:00:00Z
-"""
+"""``solaris replay`` and ``spark-submit jobs/replay.py``: parse the arguments, then run
+:mod:`solaris.drivers.replay` (its docstring is the ``--help`` text)."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
-from typing import TYPE_CHECKING
 
+from solaris.drivers import replay as stage
+from solaris.drivers.replay import run, summary_line
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
-from solaris.tiers import SERVING_ORDER
-
-if TYPE_CHECKING:  # pragma: no cover
-    from datetime import datetime
-
-    from pyspark.sql import SparkSession
-
-    from solaris.config import SolarisConfig
-    from solaris.pipeline import CycleResult
-
-log = logging.getLogger("solaris.replay")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solaris replay", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[-1],
+    parser = argparse.ArgumentParser(prog="solaris replay", description=stage.__doc__.split("\n\n")[0],
+                                     epilog=stage.__doc__.split("\n\n", 2)[-1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--start", type=as_of_arg, required=True, help="first tick (UTC)")
     parser.add_argument("--end", type=as_of_arg, required=True, help="end of the range (exclusive)")
@@ -43,55 +21,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="redo ticks that already succeeded")
     add_common_args(parser)
     return parser
-
-
-def _done(spark: SparkSession, config: SolarisConfig, run_id: str) -> bool:
-    from pyspark.sql import functions as F
-
-    from solaris.pipeline import LAST_MEASURE
-    from solaris.storage.tables import table_exists
-
-    path = config.table_path("runs")
-    if not table_exists(spark, path):
-        return False
-    runs = spark.read.format("delta").load(path)
-    done = (F.col("run_id") == run_id) & (F.col("job") == LAST_MEASURE) & (F.col("status") == "success")
-    return runs.where(done).limit(1).count() > 0
-
-
-def run(spark: SparkSession, config: SolarisConfig, start: datetime, end: datetime, step_hours: float = 1.0,
-        force: bool = False) -> list[CycleResult]:
-    """Run :func:`solaris.pipeline.run_cycle` (with the replay measurements) at every tick."""
-    from solaris.pipeline import run_cycle, run_ids, tick_schedule
-    from solaris.runtime import JobInputError
-
-    schedule = tick_schedule(start, end, step_hours)
-    if not schedule:
-        raise JobInputError(f"empty replay range [{start}, {end})")
-    summary = []
-    for index, tick in enumerate(schedule, 1):
-        if not force and _done(spark, config, run_ids(tick)["enrichment"]):
-            log.info("tick %d/%d %s already done: skipped", index, len(schedule), tick)
-            continue
-        log.info("tick %d/%d: %s", index, len(schedule), tick)
-        summary.append(run_cycle(spark, config, tick, measure=True, vacuum=(index == len(schedule))))
-    return summary
-
-
-def summary_line(cycle: CycleResult) -> str:
-    """One printable line per replayed tick: counts, hit rates, KNN recall, coverage by tier."""
-    rate = lambda value: "n/a" if value is None else f"{value:.3f}"  # noqa: E731
-    # a replayed cycle runs every stage and the measurements (measure=True)
-    assert cycle.candidates and cycle.score and cycle.expire and cycle.hit_rate and cycle.knn and cycle.coverage
-    parts = [f"as_of={cycle.as_of.isoformat()}", f"candidates={cycle.candidates.pairs}",
-             f"verified={cycle.score.verified}", f"written={cycle.score.written}",
-             f"quarantined={cycle.score.quarantined}", f"expired={cycle.expire.expired}",
-             f"requests={cycle.hit_rate.requests}", f"candidates_hit_rate={rate(cycle.hit_rate.candidates.hit_rate)}",
-             f"verified_hit_rate={rate(cycle.hit_rate.verified.hit_rate)}",
-             f"knn_recall_at_{cycle.knn.k}={cycle.knn.recall:.3f}"]
-    parts += [f"coverage_tiers1-{tier}={cycle.coverage.cumulative(tier):.3f}" for tier in SERVING_ORDER]
-    parts.append(f"seconds={cycle.total_seconds:.1f}")
-    return " ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:

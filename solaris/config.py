@@ -260,7 +260,7 @@ class CandidateConfig(_Strict):
 
     ``sources`` switches the rules on (each tags its pairs in ``source``); ``blend`` ranks a user's
     pairs by the linear model trained on past ticks (``learned``: the speculator checkpoint, see
-    ``jobs/train_speculator``) or by the hand weights ``weight_<source>`` (``hand``). A learned blend
+    ``solaris.stages.train_speculator``) or by the hand weights ``weight_<source>`` (``hand``). A learned blend
     falls back to the hand weights when no checkpoint trained at or before the run's as-of exists.
     """
 
@@ -382,7 +382,7 @@ class PrecomputeConfig(_Strict):
     torch_threads: int = Field(1, ge=1)  # per Python worker; local[2] runs 2 workers
     expiry_bucket: str = Field("hour", pattern="^(hour|day)$")
     # The scheduled expire VACUUMs pair_embeddings at hours whose as-of is a multiple of this (UTC
-    # epoch hours: 24 = the midnight run). Why not hourly: jobs/expire.py.
+    # epoch hours: 24 = the midnight run). Why not hourly: solaris/stages/expire.py.
     vacuum_every_hours: int = Field(24, ge=1)
     candidates: CandidateConfig = CandidateConfig()
     speculator: SpeculatorTrainingConfig = SpeculatorTrainingConfig()
@@ -407,7 +407,7 @@ class EnrichmentConfig(_Strict):
     knn_recall_sample: int = Field(500, ge=10)  # queries checked against exact search
     knn_index_hours: float = Field(24, ge=0)  # k-means centroids + nprobe reused this long (0: retrained every run)
     # Populations up to this size are searched on the driver, larger ones as Spark groups (0: always
-    # Spark); same lists either way. Why: jobs/knn.py.
+    # Spark); same lists either way. Why: solaris/stages/knn.py.
     knn_driver_max_users: int = Field(50_000, ge=0)
     min_neighbors: int = Field(2, ge=1)
     min_similarity: float = Field(0.0, ge=-1, le=1)

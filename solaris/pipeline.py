@@ -7,8 +7,9 @@ build their tasks from :data:`PRECOMPUTE` / :data:`ENRICHMENT` (a DAG test check
 every in-process caller goes through :func:`run_cycle`.
 
 A stage is the unit a user sees everywhere: one Airflow task (retries, logs), one ``solaris
-<command>``, one ``jobs/<name>.py`` entry file with a ``run(spark, config, as_of, run_id, *, tick=None)``
-(the stage list holds those functions; :func:`run_cycle` hands each the tick it opened).
+<command>``, one ``jobs/<name>.py`` entry file, one ``solaris/stages/<name>.py`` module with a
+``run(spark, config, as_of, run_id, *, tick=None)`` (the stage list holds those functions;
+:func:`run_cycle` hands each the tick it opened).
 Replays add two *measurements* that read the future (hit rate after ``score``, coverage after
 ``publish``); they never feed a decision and are not part of the scheduled DAGs.
 """
@@ -23,26 +24,26 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
 from solaris.config import SolarisConfig
-from solaris.jobs import candidates as candidates_job
-from solaris.jobs import expire as expire_job
-from solaris.jobs import hit_rate
-from solaris.jobs import impute as impute_job
-from solaris.jobs import item_aggregates as item_aggregates_job
-from solaris.jobs import knn as knn_job
-from solaris.jobs import publish as publish_job
-from solaris.jobs import score as score_job
-from solaris.jobs import user_aggregates as user_aggregates_job
-from solaris.jobs.candidates import CandidatesResult
-from solaris.jobs.expire import ExpireResult
-from solaris.jobs.hit_rate import CoverageResult, HitRateResult
-from solaris.jobs.impute import ImputeResult
-from solaris.jobs.item_aggregates import ItemAggregatesResult
-from solaris.jobs.knn import KnnResult
-from solaris.jobs.publish import PublishResult
-from solaris.jobs.score import ScoreResult
-from solaris.jobs.user_aggregates import UserAggregatesResult
 from solaris.precompute.fast_lane import UserActivity, is_hourly_tick, select_users, window_start
 from solaris.precompute.spark_features import keep_visible_events, visible_events
+from solaris.stages import candidates as candidates_stage
+from solaris.stages import expire as expire_stage
+from solaris.stages import hit_rate
+from solaris.stages import impute as impute_stage
+from solaris.stages import item_aggregates as item_aggregates_stage
+from solaris.stages import knn as knn_stage
+from solaris.stages import publish as publish_stage
+from solaris.stages import score as score_stage
+from solaris.stages import user_aggregates as user_aggregates_stage
+from solaris.stages.candidates import CandidatesResult
+from solaris.stages.expire import ExpireResult
+from solaris.stages.hit_rate import CoverageResult, HitRateResult
+from solaris.stages.impute import ImputeResult
+from solaris.stages.item_aggregates import ItemAggregatesResult
+from solaris.stages.knn import KnnResult
+from solaris.stages.publish import PublishResult
+from solaris.stages.score import ScoreResult
+from solaris.stages.user_aggregates import UserAggregatesResult
 from solaris.storage.tables import RunRecord, write_runs
 from solaris.tick import Tick
 from solaris.timeutil import default_run_id
@@ -64,7 +65,7 @@ class Stage:
     half: Half  # which DAG runs it, and so which run id it writes under
     upstream: tuple[str, ...]  # stages of the same half that must finish first
     doc: str  # one line for the task's doc_md
-    # run(spark, config, as_of, run_id, *, tick=None) of jobs/<name>.py, called in-process by run_cycle
+    # run(spark, config, as_of, run_id, *, tick=None) of solaris/stages/<name>.py, called in-process by run_cycle
     run: Callable[..., Any] = field(repr=False, compare=False)
 
 
@@ -74,39 +75,39 @@ PRECOMPUTE: tuple[Stage, ...] = (
         "precompute",
         (),
         "Speculate the pairs of the next horizon (sql/candidates.sql) into `candidates`.",
-        candidates_job.run,
+        candidates_stage.run,
     ),
     Stage(
         "score",
         "precompute",
         ("candidates",),
         "FM + verifier scoring UDF, verifier rule, TTL MERGE into `pair_embeddings`.",
-        score_job.run,
+        score_stage.run,
     ),
     Stage(
         "expire",
         "precompute",
         ("score",),
         "Delete rows with `expires_at <= as_of`; VACUUM (retention guard on) at the midnight run.",
-        expire_job.run,
+        expire_stage.run,
     ),
 )
 ENRICHMENT: tuple[Stage, ...] = (
     Stage("user_aggregates", "enrichment", (), "Tier 3: 24 h mean of each user's pair embeddings.",
-          user_aggregates_job.run),
+          user_aggregates_stage.run),
     Stage("knn", "enrichment", (), "FAISS clusters + KNN over FM user representations; recall@k in `runs`.",
-          knn_job.run),
+          knn_stage.run),
     Stage(
         "impute",
         "enrichment",
         ("user_aggregates", "knn"),
         "Tier 4: impute users without an aggregate from their neighbours.",
-        impute_job.run,
+        impute_stage.run,
     ),
     Stage("item_aggregates", "enrichment", (), "Tiers 5-6: 24 h item means; other items from the FM item space.",
-          item_aggregates_job.run),
+          item_aggregates_stage.run),
     Stage("publish", "enrichment", ("impute", "item_aggregates"), "Quality gate, then the atomic snapshot manifest.",
-          publish_job.run),
+          publish_stage.run),
 )
 CYCLE: tuple[Stage, ...] = PRECOMPUTE + ENRICHMENT
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in CYCLE)
@@ -314,9 +315,9 @@ def run_fast_lane(spark: SparkSession, config: SolarisConfig, as_of: datetime, r
         users = spark.createDataFrame([(user,) for user in selection.users], "user_id long")
         results: dict[str, object] = {}
         for name, call in (
-            ("candidates", lambda: candidates_job.run(spark, lane, as_of, run_id, users, tick=tick)),
-            ("score", lambda: score_job.run(spark, lane, as_of, run_id, tick=tick)),
-            ("publish", lambda: publish_job.run(spark, lane, as_of, run_id, tick=tick)),
+            ("candidates", lambda: candidates_stage.run(spark, lane, as_of, run_id, users, tick=tick)),
+            ("score", lambda: score_stage.run(spark, lane, as_of, run_id, tick=tick)),
+            ("publish", lambda: publish_stage.run(spark, lane, as_of, run_id, tick=tick)),
         ):
             started = time.perf_counter()
             results[name] = call()

@@ -70,9 +70,9 @@ def set_args(overrides) -> list[str]:
 def build_world(spark, warehouse: Path) -> SolarisConfig:
     """Synthetic events + FM and verifier checkpoints trained on the events up to ``T0``."""
     from solaris.ingest.sources import resolve_source
-    from solaris.jobs.ingest import ingest
     from solaris.models.checkpoint import save_checkpoint
     from solaris.models.training import EventArrays, train_fm, train_vm
+    from solaris.stages.ingest import ingest
 
     config = world_config(warehouse)
     ingest(spark, config, resolve_source("synthetic"), None, "ingest-syn")

@@ -6,7 +6,7 @@
   ``nprobe`` nearest centroids, the first being the cluster it is a member of).
 * :func:`make_cluster_searcher` (``applyInPandas`` grouped by cluster): exact FAISS inner-product
   search of the cluster's queries among its members. The per-user merge over the ``nprobe``
-  clusters is a native Spark aggregation in ``jobs/knn`` (no Python call per user).
+  clusters is a native Spark aggregation in ``solaris.stages.knn`` (no Python call per user).
 * :func:`make_partition_topk` (``mapInPandas``): exact top-k of the recall query sample among one
   partition's users; merged on the driver this is exact search over all users.
 """

@@ -1,4 +1,4 @@
-"""Executor-side functions of the retrieval source (``jobs/candidates``): items for a user by FAISS inner product.
+"""Executor-side functions of the retrieval source (``solaris.stages.candidates``): a user's items by FAISS.
 
 The FM gives a user-only vector (the one KNN uses, ``udfs/knn.make_user_representer``) but no item
 vector in the same space, so an item is represented by the mean user vector of the users who

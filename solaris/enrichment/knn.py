@@ -1,6 +1,6 @@
 """KNN over FM user representations with FAISS (pure: numpy + faiss, no Spark).
 
-The distributed design (``jobs/knn``) is an inverted-file (IVF) index whose lists are Spark groups:
+The distributed design (``solaris.stages.knn``) is an inverted-file (IVF) index whose lists are Spark groups:
 k-means centroids are trained on a driver sample and broadcast; every user is a *member* of its
 nearest cluster and a *query* in its ``nprobe`` nearest clusters; each cluster is searched exactly
 inside one ``applyInPandas`` group; the per-cluster answers are merged into a global top-k per
@@ -209,12 +209,12 @@ def choose_nprobe(population: np.ndarray, centroids: np.ndarray, k: int, target:
 
 
 # Candidate entries (user x probed cluster x k, an id and a similarity each) the driver path of
-# jobs/knn may hold at once: 12 bytes each, so at most ~300 MB whatever the population and nprobe.
+# solaris/stages/knn may hold at once: 12 bytes each, so at most ~300 MB whatever the population and nprobe.
 DRIVER_CANDIDATES_MAX = 25_000_000
 
 
 def fits_driver(n_users: int, nprobe: int, k: int, max_users: int) -> bool:
-    """Whether ``jobs/knn`` searches on the driver: at most ``max_users`` users
+    """Whether ``solaris.stages.knn`` searches on the driver: at most ``max_users`` users
     (``enrichment.knn_driver_max_users``) and their candidate lists within :data:`DRIVER_CANDIDATES_MAX`.
 
     Why both: the vectors the driver collects grow with the users, the candidates it merges with
@@ -230,7 +230,7 @@ def ivf_search(ids: np.ndarray, vectors: np.ndarray, centroids: np.ndarray, npro
 
     Members of a cluster = users whose nearest centroid it is; each cluster is searched exactly for
     all the users probing it in one batch (:func:`search`), then each user's candidates are
-    merged. ``jobs/knn`` runs the same steps with clusters as Spark groups (or calls
+    merged. ``solaris.stages.knn`` runs the same steps with clusters as Spark groups (or calls
     :func:`ivf_neighbours` on the driver for a small population); this version is what the unit
     tests and ``bench/knn.py`` check against exact search.
     """
@@ -245,7 +245,7 @@ def ivf_neighbours(ids: np.ndarray, vectors: np.ndarray, centroids: np.ndarray, 
     Why the vectors are passed on as given (each step normalises its own inputs): the Spark stage
     hands the decoded vectors to the same :func:`nearest_clusters` and :func:`search` calls, cluster
     by cluster, with the queries in user-id order; with ``ids`` ascending, this function repeats
-    that arithmetic exactly, so the driver path of ``jobs/knn`` writes the same lists.
+    that arithmetic exactly, so the driver path of ``solaris.stages.knn`` writes the same lists.
     """
     ids = np.asarray(ids, dtype=np.int64)
     vectors = np.asarray(vectors, dtype=np.float32)

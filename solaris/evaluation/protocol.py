@@ -1,6 +1,6 @@
 """Knowledge-transfer evaluation: the pure parts (no Spark, no torch).
 
-``jobs/evaluate`` trains, replays and predicts; this module decides *what* is compared and how it
+``solaris.drivers.evaluate`` trains, replays and predicts; this module decides *what* is compared and how it
 is summarised, so each rule can be unit-tested on small arrays:
 
 * :class:`EvaluationWindow` - the time split: serving FM trained up to ``T0 - tail``, replay

@@ -1,6 +1,6 @@
 """The evaluation's outputs: ``metrics.json``, a Markdown report and PNG plots (matplotlib, Agg).
 
-Pure presentation of the :class:`EvaluationSummary` ``jobs/evaluate`` builds (no Spark, no torch):
+Pure presentation of the :class:`EvaluationSummary` ``solaris.drivers.evaluate`` builds (no Spark, no torch):
 everything a reader needs is in the report and the plots' titles and axes, the JSON is for machines.
 The summary is typed (frozen dataclasses of :mod:`solaris.evaluation.protocol` and
 :mod:`solaris.evaluation.bootstrap`); ``metrics.json`` is its ``to_dict``.

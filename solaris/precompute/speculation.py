@@ -4,7 +4,7 @@
   the parameters of ``sql/candidates.sql`` (window starts as timestamps, so the SQL needs no
   interval arithmetic).
 * :class:`LinearModel`, :func:`fit_logistic`, :class:`Speculator`: the blend of the sources and the
-  request model, fit on past ticks (``jobs/train_speculator``) and applied in the SQL.
+  request model, fit on past ticks (``solaris.stages.train_speculator``) and applied in the SQL.
 * :func:`busiest_ticks`: which hours to learn from (and to benchmark on): the most requesters.
 * :func:`written_budget` / :func:`effective_threshold` / :func:`verify_mask` implement the verifier
   rule: an absolute threshold, a global budget (absolute or per active user; the threshold raised
@@ -131,7 +131,7 @@ def item_stats_as_of(as_of: datetime, period_hours: int) -> datetime:
     """The as-of of the item-item statistics: ``as_of`` floored to ``period_hours`` (epoch-aligned, UTC).
 
     Never later than ``as_of``, so the statistics stay point-in-time; every run of one period gets
-    the same value, so they can share one computation (``jobs/candidates``)."""
+    the same value, so they can share one computation (``solaris.stages.candidates``)."""
     epoch = datetime(1970, 1, 1, tzinfo=as_of.tzinfo and timezone.utc)
     return as_of - (as_of - epoch) % timedelta(hours=period_hours)
 

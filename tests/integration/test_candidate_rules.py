@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from solaris.jobs.candidates import build_candidates
+from solaris.stages.candidates import build_candidates
 
 AS_OF = datetime(2026, 1, 10, 12, 0, tzinfo=timezone.utc)
 
@@ -114,7 +114,7 @@ def test_a_run_caches_the_shared_per_user_views_once_and_releases_them_after_its
     Delta persists the state of each table snapshot it reads or writes, so that count moves with
     every commit."""
     from solaris.config import load_config
-    from solaris.jobs import candidates
+    from solaris.stages import candidates
     from tests.conftest import TEST_OVERRIDES
 
     def cached() -> list[bool]:
@@ -139,8 +139,8 @@ def test_a_view_kept_from_the_run_before_reads_this_run_s_events(spark, world, m
     view registered afresh gives, and not what the run before gave."""
     from pyspark.sql import SparkSession
 
-    from solaris.jobs import candidates
     from solaris.precompute.speculation import candidate_params
+    from solaris.stages import candidates
     from solaris.storage.sql import render, statements
 
     earlier_as_of = AS_OF - timedelta(hours=3)
@@ -186,7 +186,7 @@ def test_a_window_that_ends_at_the_as_of_excludes_its_start(spark, world):
 def test_an_event_after_as_of_changes_neither_candidates_nor_learned_models(spark, make_config):
     """Point-in-time and determinism: candidates (all sources), the blend and the request verifier
     learned at AS_OF are the same with or without events after AS_OF, and the same on a rerun."""
-    from solaris.jobs.train_speculator import fit
+    from solaris.stages.train_speculator import fit
 
     every_source = {"sources": "[cooc, trending, recent, next, popular, retrieval]", "blend": "learned"}
     # 3 training ticks (default 8): the question is whether later events leak in, not the fit's quality
@@ -204,7 +204,7 @@ def test_an_event_after_as_of_changes_neither_candidates_nor_learned_models(spar
 def test_daily_item_statistics_are_as_of_midnight_and_shared_by_the_day_s_runs(spark, make_config):
     """precompute.candidates.item_stats_hours=24: co-occurrence counts events up to midnight only; the
     day's runs in one session reuse one computation, and reusing it equals computing it afresh."""
-    from solaris.jobs import candidates
+    from solaris.stages import candidates
 
     config = make_config()
     _events(spark, config, [
@@ -235,7 +235,7 @@ def test_a_period_s_item_statistics_are_stored_once_and_read_by_runs_in_other_se
     setting gets its own rows, and periods older than item_stats_keep_days go at the next store."""
     from delta.tables import DeltaTable
 
-    from solaris.jobs import candidates
+    from solaris.stages import candidates
     from solaris.storage.tables import stored_partitions, table_version
 
     config = make_config()

@@ -13,11 +13,11 @@ from datetime import datetime, timezone
 import pytest
 
 from solaris.config import CandidateConfig, VerifierConfig
-from solaris.jobs import candidates as candidates_job
-from solaris.jobs import score as score_job
-from solaris.jobs.train_speculator import fit
 from solaris.precompute.speculation import verify_mask
 from solaris.precompute.speculator_store import save_speculator
+from solaris.stages import candidates as candidates_job
+from solaris.stages import score as score_job
+from solaris.stages.train_speculator import fit
 from solaris.timeutil import default_run_id
 from tests.world import T0, copy_world, world_config
 
@@ -111,9 +111,9 @@ def test_without_a_speculator_the_defaults_fall_back_to_the_relevance_rule(spark
 def test_the_evaluation_fits_a_speculator_once_per_fingerprint(spark, world_template, tmp_path, monkeypatch):
     """`solaris evaluate` gives each window's replay warehouse the speculator the schedule would have
     had: fit on the source warehouse's events, saved in the target, reused while the fingerprint holds."""
-    from solaris.jobs import train_speculator
-    from solaris.jobs.train_speculator import speculator_for
     from solaris.precompute.speculator_store import load_speculator
+    from solaris.stages import train_speculator
+    from solaris.stages.train_speculator import speculator_for
 
     fits = []
     monkeypatch.setattr(train_speculator, "fit", lambda *args: fits.append(args) or fit(*args))

@@ -9,8 +9,8 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
+from solaris.drivers import replay
 from solaris.enrichment.items import impute_items
-from solaris.jobs import publish, replay
 from solaris.serving.resolver import (
     TIER_IMPUTED,
     TIER_IMPUTED_ITEM,
@@ -21,6 +21,7 @@ from solaris.serving.resolver import (
     Resolver,
 )
 from solaris.serving.snapshots import QualityGateError
+from solaris.stages import publish
 from solaris.storage.embedding_codec import decode
 from tests.world import T0, copy_world
 
@@ -187,7 +188,7 @@ def test_neighbour_pair_tier_serves_the_neighbours_pairs_of_the_requested_item(s
 def test_publish_checks_small_tier_tables_on_the_driver_as_spark_does(spark, replayed):
     """The gate's figures from deltalake + pyarrow equal those of publish's Spark action, and the
     bound sends larger tables to Spark."""
-    from solaris.jobs.publish import EMBEDDING_TABLES, _pinned, _servable_stats, _servable_stats_on_driver
+    from solaris.stages.publish import EMBEDDING_TABLES, _pinned, _servable_stats, _servable_stats_on_driver
     from solaris.storage.tables import table_exists
 
     config, _ = replayed
@@ -292,7 +293,7 @@ def test_knn_on_the_driver_writes_the_lists_of_the_distributed_search(spark, rep
     stored index it writes the same neighbour lists, similarities and clusters as the Spark groups."""
     import shutil
 
-    from solaris.jobs import knn
+    from solaris.stages import knn
 
     config, _ = replayed
     warehouse = tmp_path / "warehouse"

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from solaris.drivers.evaluate import QUICK_OVERRIDES
+from solaris.drivers.evaluate import run as evaluate
 from solaris.evaluation.protocol import VARIANTS
 from solaris.ingest.sources import resolve_source
-from solaris.jobs.evaluate import QUICK_OVERRIDES
-from solaris.jobs.evaluate import run as evaluate
-from solaris.jobs.ingest import ingest
+from solaris.stages.ingest import ingest
 from tests.world import SMALL, TEST_OVERRIDES, set_args, small_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import pytest
 from solaris.ingest.events import stable_id
 from solaris.ingest.sources import ColumnMap, SourceError, resolve_source
 from solaris.jobs import ingest as ingest_job
-from solaris.jobs.ingest import ingest
 from solaris.runtime import EXIT_OK, EXIT_WOULD_QUARANTINE, JobInputError
+from solaris.stages.ingest import ingest
 from solaris.storage.tables import table_version
 from tests.conftest import TEST_OVERRIDES, table_checksum
 from tests.world import set_args

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from solaris.jobs import candidates as candidates_job
-from solaris.jobs import expire as expire_job
-from solaris.jobs import score as score_job
 from solaris.models.checkpoint import load_checkpoint, save_checkpoint
 from solaris.models.training import EventArrays
+from solaris.stages import candidates as candidates_job
+from solaris.stages import expire as expire_job
+from solaris.stages import score as score_job
 from solaris.storage.embedding_codec import decode
 from solaris.timeutil import default_run_id
 from tests.conftest import table_checksum
@@ -80,7 +80,7 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
     assert len(loads) == 2 * workers and scored.candidates / 200 > workers
 
     # speculation hit rate against the events that arrived in (T0, T0 + 1h]
-    from solaris.jobs import hit_rate
+    from solaris.stages import hit_rate
 
     figures = hit_rate.run(spark, config, T0, run_id)
     assert figures.candidates.pairs == scored.candidates and figures.verified.pairs == scored.written

@@ -8,8 +8,8 @@ import pytest
 
 from solaris.ingest.sources import resolve_source
 from solaris.jobs import train_fm, train_speculator, train_vm
-from solaris.jobs.ingest import ingest
 from solaris.models.checkpoint import load_checkpoint
+from solaris.stages.ingest import ingest
 from tests.world import SMALL, set_args, small_config
 
 # On top of tests.world.SMALL (whose precompute settings the training jobs do not read): 20 days of

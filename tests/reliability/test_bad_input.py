@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from solaris.ingest.sources import resolve_source
-from solaris.jobs.ingest import ingest
+from solaris.stages.ingest import ingest
 from solaris.storage.embedding_codec import decode
 from solaris.storage.tables import table_version
 from tests.reliability.conftest import T0, hours, run_cycle, run_solaris, world_config
@@ -118,7 +118,7 @@ def test_schema_drift_and_empty_inputs(spark, fresh_world, tmp_path, case):
 @pytest.mark.parametrize("damage", ["truncated weights", "random bytes", "foreign model", "wrong dimension"])
 def test_bad_checkpoint_or_config_is_refused_before_any_write(spark, fresh_world, damage):
     from solaris.errors import RefusedError
-    from solaris.jobs import score as score_job
+    from solaris.stages import score as score_job
 
     config = fresh_world()
     as_of = T0 + hours(1)

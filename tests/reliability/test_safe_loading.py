@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from solaris.config import ConfigError
-from solaris.jobs import knn as knn_job
-from solaris.jobs import score as score_job
+from solaris.stages import knn as knn_job
+from solaris.stages import score as score_job
 from tests.reliability.conftest import T0, hours, run_cycle
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solaris.jobs import expire as expire_job
 from solaris.serving.resolver import TIER_PAIR, load_tier
+from solaris.stages import expire as expire_job
 from solaris.storage.tables import merge_if_new_run
 from solaris.timeutil import default_run_id
 from tests.reliability.conftest import T0

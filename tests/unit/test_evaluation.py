@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from solaris.config import load_config
+from solaris.drivers import evaluate as evaluate_job
 from solaris.evaluation import protocol as evaluation
 from solaris.evaluation.bootstrap import ScoredRequests, bootstrap_intervals
 from solaris.evaluation.report import write_report
-from solaris.jobs import evaluate as evaluate_job
 from solaris.models.features import training_features
 from solaris.models.training import predict, vm_spec, warm_start_vm
 from solaris.models.vm import VerticalModel

@@ -6,7 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from solaris.jobs.expire import build_parser, is_vacuum_hour
+from solaris.jobs.expire import build_parser
+from solaris.stages.expire import is_vacuum_hour
 
 MIDNIGHT = datetime(2000, 12, 1, tzinfo=timezone.utc)
 

@@ -17,7 +17,7 @@ from solaris.enrichment.knn import (
     smallest_nprobe,
     train_centroids,
 )
-from solaris.jobs.knn import KnnResult
+from solaris.stages.knn import KnnResult
 
 
 def _clustered(n=600, dim=16, clusters=12, seed=0):
@@ -178,7 +178,7 @@ def test_the_samples_are_the_same_from_every_user_or_only_the_hash_selected_ones
     import pandas as pd
 
     from solaris.config import load_config
-    from solaris.jobs.knn import _driver_samples, _sample_shares
+    from solaris.stages.knn import _driver_samples, _sample_shares
     from solaris.storage.embedding_codec import encode_arrow
 
     enrichment = load_config(overrides=["enrichment.knn_sample=300", "enrichment.knn_recall_sample=40"]).enrichment

@@ -2,8 +2,9 @@
 
 Layers, upstream first: the frame every stage shares (config, errors, time, Spark session, job
 entry, storage), then the stages in data-flow order (ingest -> models -> precompute -> enrichment
--> serving -> evaluation), then the executors (``udfs``, the stage ``jobs``), the cycle that chains
-them (``pipeline``) and what drives it (``replay``, ``evaluate``, ``orchestration``, ``cli``). A
+-> serving -> evaluation), then the executors (``udfs``, ``stages``), the cycle that chains them
+(``pipeline``), what drives it (``drivers``: replay and evaluate; ``orchestration``, ``cli``) and, on
+top, the command-line entry points ``jobs/<name>.py``. A
 module may import its own layer or any layer before it; importing a later layer would make an
 upstream stage depend on a downstream one, which is what this test refuses. The check reads
 imports with :mod:`ast`, so it needs neither Spark nor torch.
@@ -26,10 +27,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("solaris.serving",),
     ("solaris.evaluation",),
     ("solaris.udfs",),
-    ("solaris.jobs",),
+    ("solaris.stages",),
     ("solaris.pipeline",),
     # The drivers that run the whole cycle, and what launches jobs.
-    ("solaris.jobs.replay", "solaris.jobs.evaluate", "solaris.jobs.fast_lane", "solaris.orchestration", "solaris.cli"),
+    ("solaris.drivers", "solaris.orchestration", "solaris.cli"),
+    # The command-line entry points (jobs/<name>.py): each parses its arguments and calls one stage or driver.
+    ("solaris.jobs",),
 )
 
 
@@ -98,6 +101,23 @@ def _is_module(name: str) -> bool:
     return target.with_suffix(".py").exists() or (target / "__init__.py").exists()
 
 
+ENTRY_POINTS = sorted((ROOT / "jobs").glob("*.py"))
+# What an entry point may define: its parser, its main, and the line it prints when the run is done.
+ENTRY_DEFINITIONS = {"build_parser", "main", "_report"}
+
+
+@pytest.mark.parametrize("path", ENTRY_POINTS, ids=lambda p: p.name)
+def test_entry_points_only_parse_arguments_and_call_their_stage(path: Path) -> None:
+    """``jobs/<name>.py`` is thin: no other job imported, nothing defined beyond the entry's functions, so
+    every stage's code lives in the package where the pipeline, the tests and the benchmarks import it."""
+    tree = ast.parse(path.read_text())
+    other_jobs = sorted(name for name in _imports(path) if name.startswith("solaris.jobs") and _is_module(name))
+    assert not other_jobs, f"{path.name} imports {other_jobs}"
+    defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    assigned = [node for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))]
+    assert defined <= ENTRY_DEFINITIONS and not assigned, f"{path.name} defines {sorted(defined)} {len(assigned)}"
+
+
 def test_the_check_catches_a_back_reference(tmp_path: Path) -> None:
     """Guard against a check that cannot fail: an ingest module importing the resolver is refused."""
     fake = tmp_path / "rules.py"
@@ -110,7 +130,7 @@ def test_the_check_catches_a_back_reference(tmp_path: Path) -> None:
 BOUNDED_MODULE_STATE = {
     # item-item statistics of one period shared by the runs of that period in one session; the
     # entries of any other period are dropped before a run adds its own
-    ("solaris.jobs.candidates", "_ITEM_STATS"),
+    ("solaris.stages.candidates", "_ITEM_STATS"),
     # the Python worker's loaded models, least recently used out first beyond MODEL_CACHE_SIZE
     ("solaris.udfs.fm_scoring", "_MODEL_CACHE"),
 }

@@ -112,8 +112,8 @@ def test_publish_s_spark_bad_row_flag_is_the_driver_rule():
     import pandas as pd
     import pyarrow as pa
 
-    from solaris.jobs.publish import _flag_bad_rows
     from solaris.serving.snapshots import servable_stats
+    from solaris.stages.publish import _flag_bad_rows
 
     dim = 2
     values = [np.asarray([1, 2], "<f4").tobytes(), np.asarray([np.nan, 0], "<f4").tobytes(), b"\x00" * 4, None,

@@ -1,0 +1,1 @@
+"""What runs the whole cycle many times: the replay of a time range and the knowledge-transfer evaluation."""
