@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from solaris.drivers import evaluate as stage
-from solaris.drivers.evaluate import COVERAGE_KEYS, QUICK_OVERRIDES, coverage_text, run
+from solaris.drivers import evaluate as driver
+from solaris.drivers.evaluate import QUICK_OVERRIDES
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
+from solaris.spark import get_spark
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = job_parser("solaris evaluate", stage.__doc__, with_as_of=False)
+    parser = job_parser("solaris evaluate", driver.__doc__, with_as_of=False)
     parser.add_argument(
         "--as-of", type=as_of_arg, nargs="+", dest="as_of",
         help="T0 of each window: end of training, start of its scored window (default: evaluation.t0s, else the "
@@ -30,21 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level)
 
     def body() -> None:
-        from solaris.spark import get_spark
-
         if args.quick:
             args.overrides = [*QUICK_OVERRIDES, *args.overrides]
         config = config_from_args(args)
-        summary = run(lambda: get_spark(config, "evaluate"), config, args.as_of, args.name, args.force)
-        from solaris.evaluation.report import interval_text, verdict_lines
-
-        pooled = summary.intervals.pooled
-        for name, cell in pooled.ne.items():
-            print(f"{name:<24} NE {interval_text(cell, 4, signed=False)}  "
-                  f"AUC {interval_text(pooled.auc.get(name), 4, signed=False)}")
-        print("coverage " + coverage_text({key: summary.coverage[key].mean or 0.0 for key in COVERAGE_KEYS}))
-        print("\n".join(verdict_lines(summary.intervals)))
-        print(f"report: {summary.output}/report.md (metrics.json, *.png)")
+        summary = driver.run(lambda: get_spark(config, "evaluate"), config, args.as_of, args.name, args.force)
+        print("\n".join(driver.summary_lines(summary)))
 
     return run_job("evaluate", body)
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from solaris.drivers import replay as stage
+from solaris.drivers import replay as driver
 from solaris.drivers.replay import run, summary_line
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solaris replay", description=stage.__doc__.split("\n\n")[0],
-                                     epilog=stage.__doc__.split("\n\n", 2)[-1],
+    parser = argparse.ArgumentParser(prog="solaris replay", description=driver.__doc__.split("\n\n")[0],
+                                     epilog=driver.__doc__.split("\n\n", 2)[-1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--start", type=as_of_arg, required=True, help="first tick (UTC)")
     parser.add_argument("--end", type=as_of_arg, required=True, help="end of the range (exclusive)")

@@ -58,7 +58,7 @@ from solaris.evaluation.protocol import (
     events_digest,
     step_fingerprint,
 )
-from solaris.evaluation.report import EvaluationSummary, WindowSummary, write_report
+from solaris.evaluation.report import EvaluationSummary, WindowSummary, interval_text, verdict_lines, write_report
 from solaris.runtime import JobInputError
 from solaris.serving.resolver import load_snapshot
 from solaris.serving.snapshots import SNAPSHOTS_DIR
@@ -93,6 +93,18 @@ COVERAGE_KEYS = tuple(cumulative_key(k) for k in SERVING_ORDER)
 def coverage_text(shares: Mapping[str, float]) -> str:
     """"tier1 3.1%, tiers1-2 6.7%, ...": the cumulative coverage in serving order, as printed and logged."""
     return ", ".join(f"{'tier1' if key == 'tiers1' else key} {shares[key]:.1%}" for key in COVERAGE_KEYS)
+
+def summary_lines(summary: EvaluationSummary) -> list[str]:
+    """What ``solaris evaluate`` prints when it is done: pooled NE and AUC per variant, the coverage,
+    the verdicts, and where the report is."""
+    pooled = summary.intervals.pooled
+    lines = [f"{name:<24} NE {interval_text(cell, 4, signed=False)}  "
+             f"AUC {interval_text(pooled.auc.get(name), 4, signed=False)}" for name, cell in pooled.ne.items()]
+    lines.append("coverage " + coverage_text({key: summary.coverage[key].mean or 0.0 for key in COVERAGE_KEYS}))
+    lines += verdict_lines(summary.intervals)
+    lines.append(f"report: {summary.output}/report.md (metrics.json, *.png)")
+    return lines
+
 
 # CI-sized evaluation: one window, few ticks, one epoch, two seeds (so mean ± std still means something).
 QUICK_OVERRIDES = [

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from solaris.config import SolarisConfig
+from solaris.storage.table import Table
 from solaris.storage.validity import expires_at
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,7 +73,6 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from solaris.storage.tables import driver_rows, merge_if_new_run, run_rows, table_version
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
     other = "item_id" if key == "user_id" else "user_id"
@@ -98,8 +98,8 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
     columns = (column.split() for column in SCHEMA.format(key=key).split(", "))
     rows = means.select(*[(F.lit(constants[name]) if name in constants else F.col(name)).cast(kind).alias(name)
                           for name, kind in columns])
-    path = config.table_path(table)
-    merge_if_new_run(rows, path, keys=[key], rows=driver_rows(rows, config.spark.driver_max_rows, order_by=(key,)))
-    written = run_rows(spark, path, run_id, ("n_pairs",))
+    target = Table.of(spark, config, table)
+    target.write(rows, run_id)
+    written = target.run_rows(run_id, ("n_pairs",))
     averaged = pc.sum(written.column("n_pairs")).as_py() or 0
-    return WindowMeans(keys=written.num_rows, pairs=int(averaged), version=table_version(spark, path))
+    return WindowMeans(keys=written.num_rows, pairs=int(averaged), version=target.version())

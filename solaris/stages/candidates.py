@@ -23,15 +23,12 @@ from solaris.precompute.speculation import candidate_params, item_stats_key
 from solaris.precompute.speculator_store import load_speculator
 from solaris.storage.embedding_codec import decode
 from solaris.storage.sql import literal, render, statements
+from solaris.storage.table import Table
 from solaris.storage.tables import (
     RunRecord,
-    driver_rows,
-    replace_run,
     replace_where,
-    run_rows,
     stored_partitions,
     table_exists,
-    table_version,
 )
 from solaris.udfs.knn import user_representation_step
 from solaris.udfs.retrieval import ITEM_SCHEMA, RETRIEVAL_SCHEMA, make_item_averager, make_retriever
@@ -326,19 +323,18 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     learned = speculator is not None and config.precompute.candidates.blend == "learned"
     blend = f"learned {speculator.version}" if learned and speculator is not None else "hand"
     frame, prepared = build_candidates(spark, config, as_of, run_id, speculator, users, tick)
-    path = config.table_path("candidates")
+    table = Table.of(spark, config, "candidates")
     try:
-        replace_run(frame, path, run_id, partition_by=["run_date"],
-                    rows=driver_rows(frame, config.spark.driver_max_rows, order_by=("user_id", "item_id")))
+        table.write(frame, run_id)
     finally:
         prepared.release()
-    written = run_rows(spark, path, run_id, ("source", "user_id"))
+    written = table.run_rows(run_id, ("source", "user_id"))
     pairs, n_users = written.num_rows, len(pc.unique(written.column("user_id")))
     by_source = {str(entry["values"]): int(entry["counts"])
                  for entry in sorted(pc.value_counts(written.column("source")).to_pylist(),
                                      key=lambda entry: str(entry["values"]))}
     record.rows_out = pairs
-    record.table_versions["candidates"] = table_version(spark, path)
+    record.table_versions["candidates"] = table.version()
     record.details = {"users": n_users, "by_source": by_source, "blend": blend,
                       "request_model": None if speculator is None else speculator.version}
     record.write(spark, config, "success", tick)

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from solaris.enrichment.aggregates import complete_groups, group_starts, impute_users
 from solaris.runtime import JobInputError
 from solaris.storage.embedding_codec import decode, encode_arrow
-from solaris.storage.tables import RunRecord, driver_rows, merge_if_new_run, run_rows, table_exists, table_version
+from solaris.storage.table import Table
+from solaris.storage.tables import RunRecord, table_exists
 from solaris.storage.validity import expires_at, servable_column
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -131,15 +132,14 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         imputed = per_user.where(F.col("embedding").isNotNull()).select(
             *[(F.lit(constants[name]) if name in constants else F.col(name)).cast(kind).alias(name)
               for name, kind in (column.split() for column in SCHEMA.split(", "))])
-        path = config.table_path("imputed_embeddings")
-        merge_if_new_run(imputed, path, keys=["user_id"],
-                         rows=driver_rows(imputed, config.spark.driver_max_rows, order_by=("user_id",)))
+        table = Table.of(spark, config, "imputed_embeddings")
+        table.write(imputed, run_id)
         n_missing = per_user.count()  # users without an aggregate (the cached pass)
     finally:
         per_user.unpersist()
-    n_written = run_rows(spark, path, run_id).num_rows
+    n_written = table.run_rows(run_id).num_rows
     record.rows_in, record.rows_out = n_missing, n_written
-    record.table_versions = {"imputed_embeddings": table_version(spark, path)}
+    record.table_versions = {"imputed_embeddings": table.version()}
     result = ImputeResult(users_without_aggregate=n_missing, imputed=n_written, not_imputable=n_missing - n_written)
     record.details = asdict(result)
     record.write(spark, config, "success", tick)

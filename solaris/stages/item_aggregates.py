@@ -39,7 +39,8 @@ from solaris.enrichment.items import impute_items
 from solaris.enrichment.window_means import write_window_means
 from solaris.precompute.spark_features import visible_events, within_hours
 from solaris.storage.embedding_codec import decode
-from solaris.storage.tables import RunRecord, merge_rows_if_new_run, servable_rows, table_exists, table_version
+from solaris.storage.table import Table
+from solaris.storage.tables import RunRecord, table_exists
 from solaris.storage.validity import expires_at
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,9 +88,10 @@ def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: date
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
-    aggregates_path, path = config.table_path("item_embeddings"), config.table_path("imputed_item_embeddings")
-    if table_exists(spark, aggregates_path):
-        sources = servable_rows(spark, aggregates_path, as_of, ["item_id", "embedding"])
+    aggregates = Table.of(spark, config, "item_embeddings")
+    imputed_items = Table.of(spark, config, "imputed_item_embeddings")
+    if aggregates.exists():
+        sources = aggregates.servable_rows(as_of, ["item_id", "embedding"])
         source_ids = sources.column("item_id").to_numpy().astype(np.int64)
         source_embeddings = decode(sources.column("embedding"), dim)
     else:
@@ -117,11 +119,10 @@ def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: date
         "fm_version": str(fm_meta["version"]),
         "run_id": run_id,
     })
-    merge_rows_if_new_run(pa.Table.from_pandas(rows, schema=imputed_item_schema(), preserve_index=False), path,
-                          keys=["item_id"])
+    imputed_items.write_rows(pa.Table.from_pandas(rows, schema=imputed_item_schema(), preserve_index=False))
     log.info("imputed items at %s: %d of %d engaged items without an aggregate (from %d aggregates)",
              as_of, imputed.item_ids.size, targets.size, source_ids.size)
-    return int(imputed.item_ids.size), table_version(spark, path)
+    return int(imputed.item_ids.size), imputed_items.version()
 
 
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, tick: Tick | None = None

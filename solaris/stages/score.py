@@ -32,14 +32,11 @@ from typing import TYPE_CHECKING, NamedTuple
 from solaris.precompute.spark_features import candidate_features
 from solaris.precompute.speculation import effective_threshold, locate_rank, written_budget
 from solaris.runtime import JobInputError
+from solaris.storage.table import Table
 from solaris.storage.tables import (
     RunRecord,
-    driver_rows,
-    merge_if_new_run,
-    replace_run,
     run_rows,
     table_exists,
-    table_version,
     write_quarantine,
 )
 from solaris.storage.validity import expires_at_column
@@ -129,10 +126,10 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         threshold, n_candidates = verification.threshold, verification.rows
         n_scored = scored.count()
         n_verified, n_quarantined = write_pairs(spark, config, verified, run_id)
-        path = config.table_path("pair_embeddings")
-        n_written = run_rows(spark, path, run_id).num_rows
+        pairs = Table.of(spark, config, "pair_embeddings")
+        n_written = pairs.run_rows(run_id).num_rows
         record.rows_in, record.rows_out, record.rows_quarantined = n_candidates, n_written, n_quarantined
-        record.table_versions = {"pair_embeddings": table_version(spark, path)}
+        record.table_versions = {"pair_embeddings": pairs.version()}
         result = ScoreResult(
             candidates=n_candidates,
             verified=n_verified,
@@ -226,11 +223,11 @@ def write_pairs(spark: SparkSession, config: SolarisConfig, verified: DataFrame,
     # Append-only history (trimmed by expire) for the 24 h user aggregates, which outlive the TTL.
     log_rows = good.withColumn("computed_date", F.to_date("computed_at"))
     # the same rows for both writes, computed once (None: Spark writes both from the frames)
-    collected = driver_rows(log_rows, config.spark.driver_max_rows, n_verified - n_quarantined, ("user_id", "item_id"))
-    merge_if_new_run(good, config.table_path("pair_embeddings"), keys=["user_id", "item_id"],
-                     partition_by=["expiry_bucket"],
-                     rows=None if collected is None else collected.drop_columns(["computed_date"]))
-    replace_run(log_rows, config.table_path("pair_embeddings_log"), run_id, ["computed_date"], rows=collected)
+    log_table = Table.of(spark, config, "pair_embeddings_log")
+    collected = log_table.collect(log_rows, expected_rows=n_verified - n_quarantined)
+    Table.of(spark, config, "pair_embeddings").write(
+        good, run_id, rows=None if collected is None else collected.drop_columns(["computed_date"]))
+    log_table.write(log_rows, run_id, rows=collected)
     return n_verified, n_quarantined
 
 

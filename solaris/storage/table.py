@@ -1,0 +1,143 @@
+"""One table of the warehouse as a tick's stages use it: its write rule, and every read and write of it.
+
+Why a class: each tick table is written by one rule (docs/architecture.md §4) - a MERGE on its key
+where a newer ``computed_at`` wins and the same run changes nothing, or one atomic replacement of
+the run's rows - with the same keys, partitions and row order wherever it is written. The rules are
+stated once, in :data:`WRITE_RULES`, and a stage says only *what* it writes: ``Table.of(spark,
+config, "imputed_embeddings").write(frame, run_id)``.
+
+Which engine performs an access is decided here too, by one rule: a write small enough to collect
+(at most ``spark.driver_max_rows`` rows; none collected when a count says it is larger) is
+collected once and written with ``deltalake`` from the driver; anything larger, or refused by
+``deltalake`` (a table feature it lacks), is written by Spark. Reads back of a run's rows and of the
+rows servable at an as-of take the files straight from the Delta log when the table is a local
+folder, Spark otherwise. The primitives live in :mod:`solaris.storage.tables`; the time rules
+(servable at, expiry) in :mod:`solaris.storage.validity`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Sequence
+
+from solaris.storage.tables import (
+    driver_rows,
+    merge_if_new_run,
+    merge_rows_if_new_run,
+    replace_run,
+    run_rows,
+    servable_rows,
+    table_exists,
+    table_version,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
+    from pyspark.sql import DataFrame, SparkSession
+
+    from solaris.config import SolarisConfig
+
+
+@dataclass(frozen=True)
+class WriteRule:
+    """How a run's rows enter a table.
+
+    ``merge_newer``: upsert on ``keys``; a row of a later ``computed_at`` replaces the stored one, a
+    row of the same run leaves it untouched (reruns are no-ops, a late older run never overwrites a
+    newer one). ``replace_run``: the run's rows are replaced in one commit (a rerun replaces its own).
+    ``order_by``: the order of the rows in a driver write. Spark hands collected rows over in no fixed
+    order, and the file's order is the order the next stage reads them in (e.g. the FM's batches,
+    whose float rounding depends on which rows share a batch): sorted, a rerun writes the same file.
+    """
+
+    kind: Literal["merge_newer", "replace_run"]
+    keys: tuple[str, ...] = ()
+    partition_by: tuple[str, ...] = ()
+    order_by: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind == "merge_newer" and not self.keys:
+            raise ValueError("a merge_newer table needs its key columns")
+
+
+# The tables a tick writes, by name (config.table_path), with their rule.
+WRITE_RULES: dict[str, WriteRule] = {
+    "candidates": WriteRule("replace_run", partition_by=("run_date",), order_by=("user_id", "item_id")),
+    "pair_embeddings": WriteRule("merge_newer", keys=("user_id", "item_id"), partition_by=("expiry_bucket",),
+                                 order_by=("user_id", "item_id")),
+    "pair_embeddings_log": WriteRule("replace_run", partition_by=("computed_date",), order_by=("user_id", "item_id")),
+    "user_embeddings": WriteRule("merge_newer", keys=("user_id",), order_by=("user_id",)),
+    "imputed_embeddings": WriteRule("merge_newer", keys=("user_id",), order_by=("user_id",)),
+    "item_embeddings": WriteRule("merge_newer", keys=("item_id",), order_by=("item_id",)),
+    "imputed_item_embeddings": WriteRule("merge_newer", keys=("item_id",)),  # computed on the driver
+}
+
+class _Collect:
+    """The type of :data:`COLLECT`."""
+
+
+# Table.write's default ``rows``: collect them there when they are few enough (the engine rule above).
+COLLECT = _Collect()
+
+
+@dataclass(frozen=True)
+class Table:
+    """A Delta table at ``path`` written by ``rule`` (None: read-only here), with the driver-write bound."""
+
+    spark: SparkSession
+    name: str
+    path: str
+    rule: WriteRule | None
+    driver_max_rows: int
+
+    @classmethod
+    def of(cls, spark: SparkSession, config: SolarisConfig, name: str) -> Table:
+        return cls(spark, name, config.table_path(name), WRITE_RULES.get(name), config.spark.driver_max_rows)
+
+    def exists(self) -> bool:
+        return table_exists(self.spark, self.path)
+
+    def version(self) -> int | None:
+        """The latest committed version, or None before the first write (from the log, no Spark job)."""
+        return table_version(self.spark, self.path)
+
+    def run_rows(self, run_id: str, columns: Sequence[str] = ("run_id",)) -> Any:
+        """``columns`` of the rows run ``run_id`` holds, as a pyarrow table: what a write left for the run
+        (on a rerun, the first run's rows), which the stages report."""
+        return run_rows(self.spark, self.path, run_id, columns)
+
+    def servable_rows(self, as_of: datetime, columns: Sequence[str]) -> Any:
+        """``columns`` of the rows servable at ``as_of``, as a pyarrow table (small tables only)."""
+        return servable_rows(self.spark, self.path, as_of, columns)
+
+    def collect(self, frame: DataFrame, expected_rows: int | None = None) -> Any:
+        """``frame``'s rows on the driver, in the rule's order, or None when there are too many (Spark
+        writes them). ``expected_rows``: a count the stage made anyway, so a larger write is not even
+        collected. For a stage writing the same rows to two tables, collected once."""
+        return driver_rows(frame, self.driver_max_rows, expected_rows, self._rule().order_by)
+
+    def write(self, frame: DataFrame, run_id: str, *, rows: Any = COLLECT, expected_rows: int | None = None) -> None:
+        """Write run ``run_id``'s rows ``frame`` by the table's rule.
+
+        ``rows``: the same rows already on the driver (from :meth:`collect`), or None to have Spark
+        write ``frame``; by default they are collected here when few enough.
+        """
+        rule = self._rule()
+        collected = self.collect(frame, expected_rows) if rows is COLLECT else rows
+        if rule.kind == "merge_newer":
+            merge_if_new_run(frame, self.path, list(rule.keys), list(rule.partition_by), rows=collected)
+        else:
+            replace_run(frame, self.path, run_id, list(rule.partition_by), rows=collected)
+
+    def write_rows(self, rows: Any) -> None:
+        """Merge rows computed on the driver (a pyarrow table) by the table's rule, with ``deltalake``."""
+        rule = self._rule()
+        if rule.kind != "merge_newer":
+            raise ValueError(f"{self.name}: only merge_newer tables take driver rows alone")
+        merge_rows_if_new_run(rows, self.path, list(rule.keys), list(rule.partition_by))
+
+    def _rule(self) -> WriteRule:
+        if self.rule is None:
+            raise ValueError(f"{self.name} has no write rule in solaris.storage.table.WRITE_RULES")
+        return self.rule

@@ -1,0 +1,77 @@
+"""The table interface: each tick table's write rule, stated once, and the engine rule of a write.
+
+No Spark: the Delta primitives of solaris.storage.tables are replaced by recorders, so what is
+checked is which primitive a stage's ``Table.write`` reaches and with which keys, partitions, order
+and rows (the primitives themselves run against real Delta in the integration tests).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from solaris.config import SolarisConfig
+from solaris.storage import table as table_module
+from solaris.storage.table import COLLECT, WRITE_RULES, Table, WriteRule
+
+
+@pytest.fixture()
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    recorded: list[tuple] = []
+
+    def recorder(name: str, result: object = None):
+        def record(*args, **kwargs):
+            recorded.append((name, args, kwargs))
+            return result
+        return record
+
+    monkeypatch.setattr(table_module, "merge_if_new_run", recorder("merge"))
+    monkeypatch.setattr(table_module, "replace_run", recorder("replace"))
+    monkeypatch.setattr(table_module, "merge_rows_if_new_run", recorder("merge_rows"))
+    monkeypatch.setattr(table_module, "driver_rows", recorder("collect", result="ROWS"))
+    return recorded
+
+
+def _table(name: str, max_rows: int = 100) -> Table:
+    return Table(spark=None, name=name, path=f"/w/{name}", rule=WRITE_RULES[name],  # type: ignore[arg-type]
+                 driver_max_rows=max_rows)
+
+
+def test_every_rule_names_a_table_of_the_config_and_a_merge_has_its_key(tmp_path) -> None:
+    config = SolarisConfig(warehouse=tmp_path)
+    for name, rule in WRITE_RULES.items():
+        assert config.table_path(name).startswith(str(tmp_path))
+        assert rule.kind in ("merge_newer", "replace_run")
+        assert bool(rule.keys) == (rule.kind == "merge_newer"), name
+    with pytest.raises(ValueError, match="key columns"):
+        WriteRule("merge_newer")
+
+
+def test_a_merge_table_collects_in_its_order_then_merges_on_its_key(calls: list[tuple]) -> None:
+    _table("pair_embeddings").write("FRAME", "run-1", expected_rows=7)  # type: ignore[arg-type]
+    (collect, collect_args, _), (merge, merge_args, merge_kwargs) = calls
+    assert collect == "collect" and collect_args == ("FRAME", 100, 7, ("user_id", "item_id"))
+    assert merge == "merge"
+    assert merge_args == ("FRAME", "/w/pair_embeddings", ["user_id", "item_id"], ["expiry_bucket"])
+    assert merge_kwargs == {"rows": "ROWS"}
+
+
+def test_a_per_run_table_replaces_the_run_and_given_rows_are_not_collected_again(calls: list[tuple]) -> None:
+    _table("pair_embeddings_log").write("FRAME", "run-1", rows="SHARED")  # type: ignore[arg-type]
+    assert calls == [("replace", ("FRAME", "/w/pair_embeddings_log", "run-1", ["computed_date"]),
+                      {"rows": "SHARED"})]
+    calls.clear()
+    _table("candidates").write("FRAME", "run-2", rows=None)  # type: ignore[arg-type]  # None: Spark writes
+    assert calls == [("replace", ("FRAME", "/w/candidates", "run-2", ["run_date"]), {"rows": None})]
+    calls.clear()
+    _table("candidates").write("FRAME", "run-3", rows=COLLECT)  # type: ignore[arg-type]  # the default, spelt out
+    assert [name for name, _, _ in calls] == ["collect", "replace"] and calls[1][2] == {"rows": "ROWS"}
+
+
+def test_driver_rows_go_to_a_merge_table_only_and_a_table_without_a_rule_refuses_writes(calls: list[tuple]) -> None:
+    _table("imputed_item_embeddings").write_rows("ARROW")
+    assert calls == [("merge_rows", ("ARROW", "/w/imputed_item_embeddings", ["item_id"], []), {})]
+    with pytest.raises(ValueError, match="only merge_newer"):
+        _table("candidates").write_rows("ARROW")
+    events = Table(spark=None, name="events", path="/w/events", rule=None, driver_max_rows=100)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no write rule"):
+        events.write("FRAME", "run-1")  # type: ignore[arg-type]
