@@ -23,7 +23,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from solaris.storage.sql import literal
-from solaris.storage.tables import RunRecord, commit_metrics, table_exists, table_rows, table_version, with_commit_retry
+from solaris.storage.table import Table
+from solaris.storage.tables import RunRecord
 from solaris.storage.validity import expired_predicate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,40 +57,27 @@ def is_vacuum_hour(as_of: datetime, every_hours: int) -> bool:
 
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, optimize: bool = False,
         vacuum: bool = True, *, tick: Tick | None = None) -> ExpireResult:
-    from delta.tables import DeltaTable
-
-
     record = RunRecord(run_id=run_id, job="expire", as_of=as_of)
-    path = config.table_path("pair_embeddings")
-    if not table_exists(spark, path):
-        log.info("no pair_embeddings table yet at %s: nothing to expire", path)
+    pairs = Table.of(spark, config, "pair_embeddings")
+    if not pairs.exists():
+        log.info("no pair_embeddings table yet at %s: nothing to expire", pairs.path)
         record.write(spark, config, "success", tick)
         return ExpireResult(expired=0, remaining=0, log_trimmed=0, optimized=False, vacuumed=False)
-    table = DeltaTable.forPath(spark, path)
     cutoff = literal(as_of)
-    # No counting job before the delete: Delta commits only when rows match, and the commit's own
-    # metrics say how many rows it removed (read from the log, like the remaining row count).
-    before = table_version(spark, path)
     # Partition filter first so fully-expired buckets are dropped without rewriting files.
-    with_commit_retry(lambda: table.delete(f"expiry_bucket <= {cutoff} AND {expired_predicate(cutoff)}"),
-                      f"expire {path}")
-    expired = commit_metrics(path, before, "DELETE").get("numDeletedRows", 0)
+    expired = pairs.delete_where(f"expiry_bucket <= {cutoff} AND {expired_predicate(cutoff)}")
     if optimize:
-        with_commit_retry(lambda: table.optimize().where(f"expiry_bucket > {cutoff}").executeCompaction(),
-                          f"optimize {path}")
+        pairs.compact_where(f"expiry_bucket > {cutoff}")
     if vacuum:
-        table.vacuum()  # default retention: the 7-day guard stays on
-    log_path = config.table_path("pair_embeddings_log")
+        pairs.vacuum()
+    pairs_log = Table.of(spark, config, "pair_embeddings_log")
     trimmed = 0
-    if table_exists(spark, log_path):
+    if pairs_log.exists():
         horizon = literal(as_of - timedelta(hours=config.enrichment.log_retention_hours))
-        log_before = table_version(spark, log_path)
-        with_commit_retry(lambda: DeltaTable.forPath(spark, log_path).delete(f"computed_at <= {horizon}"),
-                          f"trim {log_path}")
-        trimmed = commit_metrics(log_path, log_before, "DELETE").get("numDeletedRows", 0)
-    remaining = table_rows(path)
+        trimmed = pairs_log.delete_where(f"computed_at <= {horizon}")
+    remaining = pairs.row_count()
     record.rows_in, record.rows_out = expired + remaining, remaining
-    record.table_versions = {"pair_embeddings": table_version(spark, path)}
+    record.table_versions = {"pair_embeddings": pairs.version()}
     result = ExpireResult(expired=expired, remaining=remaining, log_trimmed=trimmed, optimized=optimize,
                           vacuumed=vacuum)
     record.details = asdict(result)

@@ -33,7 +33,7 @@ from solaris.serving.snapshots import (
     servable_stats,
     write_manifest,
 )
-from solaris.storage.tables import RunRecord, table_exists, table_version
+from solaris.storage.tables import RunRecord, logged_row_count, rows_at_version, table_exists, table_version
 from solaris.storage.validity import servable_column, servable_filter
 from solaris.timeutil import utc_stamp
 
@@ -147,31 +147,23 @@ def _servable_stats_on_driver(pinned: dict[str, PinnedTable], neighbors: PinnedT
     is in its log's statistics and they sum to at most ``max_rows`` (``spark.driver_max_rows``);
     the rule is the same function of the same rows (:func:`solaris.serving.snapshots.servable_stats`).
     """
-    import pyarrow as pa
-    from deltalake import DeltaTable
-
-
     if max_rows <= 0:
         return None
     try:
-        opened = {name: DeltaTable(spec.path, version=spec.version) for name, spec in pinned.items()}
-        known_table = DeltaTable(neighbors.path, version=neighbors.version)
-        total = 0
-        for table in (*opened.values(), known_table):
-            records = pa.table(table.get_add_actions(flatten=True)).column("num_records")
-            if records.null_count:
-                return None  # a file without statistics: no bound known before reading
-            total += sum(records.to_pylist())
+        counts = [logged_row_count(spec.path, spec.version) for spec in (*pinned.values(), neighbors)]
+        if any(count is None for count in counts):
+            return None  # a file without statistics: no bound known before reading
+        total = sum(count or 0 for count in counts)
         if total > max_rows:
             log.info("publish: %d rows in the pinned tables, more than spark.driver_max_rows=%d: Spark checks them",
                      total, max_rows)
             return None
         tiers = {}
-        for name, table in opened.items():
+        for name, spec in pinned.items():
             columns = ["embedding", *(["user_id"] if name in USER_KEYED_TABLES else []),
                        *(["fm_version"] if name == "pair_embeddings" else [])]
-            tiers[name] = table.to_pyarrow_dataset().to_table(columns=columns, filter=servable_filter(as_of))
-        known = known_table.to_pyarrow_dataset().to_table(columns=["user_id"]).column("user_id")
+            tiers[name] = rows_at_version(spec.path, spec.version, columns, servable_filter(as_of))
+        known = rows_at_version(neighbors.path, neighbors.version, ["user_id"]).column("user_id")
     except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
         log.warning("publish: deltalake could not read the pinned tables (%s: %s); Spark checks them",
                     type(error).__name__, error)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from solaris.storage.tables import (
+    commit_metrics,
     driver_rows,
     merge_if_new_run,
     merge_rows_if_new_run,
@@ -28,7 +29,9 @@ from solaris.storage.tables import (
     run_rows,
     servable_rows,
     table_exists,
+    table_rows,
     table_version,
+    with_commit_retry,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -136,6 +139,34 @@ class Table:
         if rule.kind != "merge_newer":
             raise ValueError(f"{self.name}: only merge_newer tables take driver rows alone")
         merge_rows_if_new_run(rows, self.path, list(rule.keys), list(rule.partition_by))
+
+    def row_count(self) -> int:
+        """Rows of the latest version, from the log's statistics (no Spark job)."""
+        return table_rows(self.path)
+
+    def delete_where(self, predicate: str) -> int:
+        """Delete the rows matching the Spark SQL ``predicate`` in one commit (redone on a concurrent
+        commit, as every write here); the rows it removed, from the commit's own metrics rather than a
+        counting job first (Delta commits nothing when no row matches)."""
+        from delta.tables import DeltaTable
+
+        before = self.version()
+        with_commit_retry(lambda: DeltaTable.forPath(self.spark, self.path).delete(predicate),
+                          f"delete {predicate!r} from {self.path}")
+        return commit_metrics(self.path, before, "DELETE").get("numDeletedRows", 0)
+
+    def compact_where(self, predicate: str) -> None:
+        """OPTIMIZE (bin-packing compaction) of the files matching the partition ``predicate``."""
+        from delta.tables import DeltaTable
+
+        with_commit_retry(lambda: DeltaTable.forPath(self.spark, self.path).optimize().where(predicate)
+                          .executeCompaction(), f"optimize {self.path}")
+
+    def vacuum(self) -> None:
+        """VACUUM with Delta's default retention: the 7-day guard stays on."""
+        from delta.tables import DeltaTable
+
+        DeltaTable.forPath(self.spark, self.path).vacuum()
 
     def _rule(self) -> WriteRule:
         if self.rule is None:

@@ -104,12 +104,31 @@ def table_version(spark: "SparkSession", path: str) -> int | None:
         return None
 
 
-def _add_actions(path: str) -> Any:
-    """The live data files of a Delta table with their statistics, as a pyarrow table (from the log)."""
+def _add_actions(path: str, version: int | None = None) -> Any:
+    """The live data files of a Delta table (at ``version``; None: the latest) with their statistics, as a
+    pyarrow table (from the log)."""
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    return pa.table(DeltaTable(path).get_add_actions(flatten=True))
+    return pa.table(DeltaTable(path, version=version).get_add_actions(flatten=True))
+
+
+def logged_row_count(path: str, version: int | None = None) -> int | None:
+    """Rows of the table at ``version`` from its log's per-file statistics, reading no data; None when a
+    file has no row count (then only reading it would tell)."""
+    import pyarrow.compute as pc
+
+    records = _add_actions(path, version).column("num_records")
+    return None if records.null_count else int(pc.sum(records).as_py() or 0)
+
+
+def rows_at_version(path: str, version: int, columns: Sequence[str], where: Any = None) -> Any:
+    """``columns`` of the table at exactly ``version`` (a pinned snapshot), filtered by the pyarrow
+    expression ``where``, read on the driver with ``deltalake``: for small tables read whole (the tiers
+    a snapshot pins), where Spark's snapshot, listing and job per table cost more than the rows."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path, version=version).to_pyarrow_dataset().to_table(columns=list(columns), filter=where)
 
 
 def table_rows(path: str) -> int:
@@ -119,13 +138,11 @@ def table_rows(path: str) -> int:
     statistic, so the log already holds the answer. Falls back to reading the files' row counts
     with pyarrow only if a file lacks it.
     """
-    import pyarrow.compute as pc
     from deltalake import DeltaTable
 
-    files = _add_actions(path)
-    records = files.column("num_records")
-    if records.null_count == 0:
-        return int(pc.sum(records).as_py() or 0)
+    logged = logged_row_count(path)
+    if logged is not None:
+        return logged
     return int(DeltaTable(path).to_pyarrow_dataset().count_rows())  # pragma: no cover - stats always written here
 
 

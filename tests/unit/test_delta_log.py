@@ -11,8 +11,10 @@ from deltalake import DeltaTable, write_deltalake
 
 from solaris.storage.tables import (
     commit_metrics,
+    logged_row_count,
     may_hold,
     merge_rows_if_new_run,
+    rows_at_version,
     run_rows,
     servable_rows,
     stored_partitions,
@@ -32,6 +34,21 @@ def test_row_count_comes_from_the_file_statistics(tmp_path):
     assert table_rows(path) == 5
     DeltaTable(path).delete("run_id = 'precompute-c'")
     assert table_rows(path) == 3
+
+
+def test_a_pinned_version_is_counted_and_read_as_it_was(tmp_path):
+    """What publish pins: the row count of version 0 from its log and its rows, after later commits."""
+    import pyarrow.compute as pc
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, _runs("precompute-a", "precompute-b"))
+    write_deltalake(path, _runs("precompute-c", "precompute-d", "precompute-e"), mode="append")
+    DeltaTable(path).delete("run_id = 'precompute-a'")
+    assert [logged_row_count(path, version) for version in (0, 1, 2)] == [2, 5, 4]
+    assert logged_row_count(path) == 4
+    assert rows_at_version(path, 0, ["run_id"]).column("run_id").to_pylist() == ["precompute-a", "precompute-b"]
+    kept = rows_at_version(path, 1, ["value"], pc.field("value") >= 1)
+    assert sorted(kept.column("value").to_pylist()) == [1, 1, 2]
 
 
 def test_may_hold_is_false_only_when_no_file_range_contains_the_value(tmp_path):
