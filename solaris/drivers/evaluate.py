@@ -481,7 +481,6 @@ def _clear_replay(config: SolarisConfig, seed_config: SolarisConfig) -> bool:
     """Drop the seed warehouse's tables and snapshots (not its models); True when there was any."""
     import shutil
 
-
     folders = [Path(seed_config.table_path(name)) for name in type(config.tables).model_fields]
     folders.append(Path(seed_config.warehouse) / SNAPSHOTS_DIR)
     existing = [folder for folder in folders if folder.exists()]
@@ -534,7 +533,6 @@ def replay_window(
 def serve_requests(seed_config: SolarisConfig, rows: WindowRows, events: EventArrays) -> ServedFeatures:
     """Step 3: resolve every tail and scored request through the snapshot published at its tick."""
     import numpy as np
-
 
     started = time.monotonic()
     window, dim = rows.window, seed_config.model.embedding_dim
@@ -893,7 +891,6 @@ def _seed_result(
     """
     import shutil
 
-
     replay_seed, replay_dir = replay_of(config, seed_dir.parent, seed)
     fingerprint = evaluation.step_fingerprint(
         config, "seed", t0=rows.window.t0.isoformat(), seed=seed, data=rows.window_digest,
@@ -965,7 +962,6 @@ def _evaluate_window(
 def _intervals(config: SolarisConfig, outcomes: list[WindowOutcome]) -> BootstrapIntervals:
     """User-bootstrap intervals pooled over every window, and per window when there are several."""
     from dataclasses import replace
-
 
     settings = config.evaluation
     started = time.monotonic()

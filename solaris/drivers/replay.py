@@ -36,7 +36,6 @@ log = logging.getLogger("solaris.replay")
 def _done(spark: SparkSession, config: SolarisConfig, run_id: str) -> bool:
     from pyspark.sql import functions as F
 
-
     path = config.table_path("runs")
     if not table_exists(spark, path):
         return False

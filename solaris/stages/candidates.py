@@ -148,7 +148,6 @@ def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     """
     from pyspark import StorageLevel
 
-
     rules = config.precompute.candidates
     blend = speculator.blend if speculator is not None and rules.blend == "learned" else None
     request = speculator.request if speculator is not None else None
@@ -316,7 +315,6 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     """Speculate and replace this run's rows; ``users`` (a ``user_id`` frame) restricts it to them
     (the fast lane: same sources, blend and caps, fewer users)."""
     import pyarrow.compute as pc
-
 
     record = RunRecord(run_id=run_id, job="candidates", as_of=as_of)
     speculator = load_speculator(config, as_of)

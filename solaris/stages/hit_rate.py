@@ -83,7 +83,6 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         ) -> HitRateResult:
     from pyspark.sql import functions as F
 
-
     horizon_end = as_of + timedelta(hours=config.precompute.horizon_hours)
     keys = ["user_id", "item_id"]
 

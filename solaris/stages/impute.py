@@ -102,7 +102,6 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-
     enrichment, dim = config.enrichment, config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="impute", as_of=as_of)
     neighbors_path, users_path = config.table_path("user_neighbors"), config.table_path("user_embeddings")

@@ -201,7 +201,6 @@ def _as_text(frame: DataFrame, source: str) -> Any:
 def _synthetic_raw(spark: SparkSession, config: SolarisConfig) -> DataFrame:
     from pyspark.sql import functions as F
 
-
     synthetic, seed = config.synthetic, config.seed
 
     def chunks(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
@@ -344,7 +343,6 @@ def ingest(
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
-
 
     now = now or datetime.now(timezone.utc)
     log.info("ingest %s (%s) from %s as run %s", spec.dataset, spec.layout, spec.path, run_id)

@@ -219,7 +219,6 @@ def _search_and_write(spark: SparkSession, config: SolarisConfig, index: _Cluste
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-
     dim, k = config.model.embedding_dim, config.enrichment.knn_k
     local: _DriverSearch | None = None
     if index.on_driver:
@@ -272,7 +271,6 @@ def _save_index(directory: Path, as_of: datetime, n_users: int, centroids: np.nd
     import os
 
     import numpy as np
-
 
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"{utc_stamp(as_of)}-n{n_users}.npz"
@@ -328,7 +326,6 @@ def _driver_samples(frame: pd.DataFrame, n_users: int, enrichment: EnrichmentCon
     """
     import numpy as np
 
-
     train_share, held_share, query_share = _sample_shares(n_users, enrichment, with_training)
 
     def vectors_of(rows: pd.DataFrame) -> np.ndarray:
@@ -358,7 +355,6 @@ def _driver_search(frame: pd.DataFrame, centroids: np.ndarray, nprobe: int, k: i
     import numpy as np
     import pandas as pd
 
-
     ordered = frame.sort_values("user_id")
     ids = ordered["user_id"].to_numpy(np.int64)
     vectors = decode(ordered["vector"].tolist(), dim)
@@ -373,7 +369,6 @@ def _driver_search(frame: pd.DataFrame, centroids: np.ndarray, nprobe: int, k: i
 def _driver_recall(local: _DriverSearch, query_ids: np.ndarray, query_vectors: np.ndarray, k: int) -> float:
     """Recall@k of the driver search's lists against exact search over every user, on the query sample."""
     import numpy as np
-
 
     truth = knn.exact_topk(local.ids, local.vectors, query_ids, query_vectors, k)
     rows = np.searchsorted(local.ids, query_ids)
@@ -406,7 +401,6 @@ def _recall(spark: SparkSession, vectors: DataFrame, neighbors: DataFrame, query
     """
     import numpy as np
     from pyspark.sql import functions as F
-
 
     queries_b = spark.sparkContext.broadcast((query_ids, query_vectors))
     exact = vectors.mapInPandas(make_partition_topk(queries_b, k, dim), PARTIAL_SCHEMA).withColumn("exact", F.lit(True))

@@ -94,7 +94,6 @@ def _servable_stats(spark: SparkSession, pinned: dict[str, PinnedTable], known: 
     """
     from pyspark.sql import functions as F
 
-
     names = list(pinned)
     parts = [
         spark.read.format("delta").option("versionAsOf", spec.version).load(spec.path)

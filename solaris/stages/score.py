@@ -174,10 +174,13 @@ def scored_pairs(spark: SparkSession, config: SolarisConfig, candidates: DataFra
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-
     features = candidate_features(spark, config, candidates.select("user_id", "item_id"), as_of, tick)
     return (
-        features.mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
+        # Sorted within each partition so the FM's batches are the same on every run: a shuffle hands a
+        # partition's rows over in the order its blocks arrive, and a row's float32 score can differ in
+        # the last bit with the batch it is computed in. A partition's rows themselves are fixed.
+        features.sortWithinPartitions("user_id", "item_id")
+        .mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
         .join(candidates.select("user_id", "item_id", "source", "spec_score",
                                 *(["request_score"] if with_request_score else [])), ["user_id", "item_id"])
         .withColumn(
@@ -198,7 +201,6 @@ def write_pairs(spark: SparkSession, config: SolarisConfig, verified: DataFrame,
     (with their expiry) and replace the run's rows in the ``pair_embeddings_log`` history
     -> (verified rows, quarantined rows)."""
     from pyspark.sql import functions as F
-
 
     pre = config.precompute
     computed_at = F.col("computed_at")
@@ -269,7 +271,6 @@ def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> Verified:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-
     score, rank = F.col(column), F.col("_rank")
     top_k, floor = rule.active_top_k(), rule.active_min_per_user()
     window = Window.partitionBy("user_id").orderBy(score.desc(), F.col("item_id"))
@@ -332,7 +333,6 @@ def _kth_largest(frame: DataFrame, column: str, k: int, n: int, low: float, high
     before, whose range lay entirely below it.
     """
     from pyspark.sql import functions as F
-
 
     score = F.col(column)
     next_above: float | None = None

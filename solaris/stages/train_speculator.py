@@ -53,7 +53,6 @@ def labelled_features(spark: SparkSession, config: SolarisConfig, tick: datetime
     """The tick's candidate features with labels ``in_horizon`` / ``in_ttl`` and a sample ``weight``."""
     from pyspark.sql import functions as F
 
-
     pre = config.precompute
     prepared = prepare_views(spark, config, tick, None)
     events = spark.read.format("delta").load(config.table_path("events"))
@@ -79,7 +78,6 @@ def labelled_features(spark: SparkSession, config: SolarisConfig, tick: datetime
 def fit(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> Speculator:
     import numpy as np
     import pandas as pd
-
 
     pre, training = config.precompute, config.precompute.speculator
     # a tick's TTL window (and the hour its requesters are counted over) must end by as_of
@@ -136,7 +134,6 @@ def speculator_for(spark: SparkSession, config: SolarisConfig, target: SolarisCo
     and the relevance rule, and say so in their logs).
     """
     from pathlib import Path
-
 
     if not uses_speculator(target):
         return None
