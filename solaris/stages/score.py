@@ -176,11 +176,7 @@ def scored_pairs(spark: SparkSession, config: SolarisConfig, candidates: DataFra
 
     features = candidate_features(spark, config, candidates.select("user_id", "item_id"), as_of, tick)
     return (
-        # Sorted within each partition so the FM's batches are the same on every run: a shuffle hands a
-        # partition's rows over in the order its blocks arrive, and a row's float32 score can differ in
-        # the last bit with the batch it is computed in. A partition's rows themselves are fixed.
-        features.sortWithinPartitions("user_id", "item_id")
-        .mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
+        features.mapInArrow(make_scorer(spec), OUTPUT_SCHEMA)
         .join(candidates.select("user_id", "item_id", "source", "spec_score",
                                 *(["request_score"] if with_request_score else [])), ["user_id", "item_id"])
         .withColumn(
