@@ -164,7 +164,6 @@ class WindowRows:
     def of(cls, events: EventArrays, window: EvaluationWindow) -> WindowRows:
         import numpy as np
 
-
         cutoff, t0, end = (t.timestamp() for t in (window.fm_cutoff, window.t0, window.end))
         pre = np.flatnonzero(events.ts <= cutoff)
         tail = np.flatnonzero((events.ts > cutoff) & (events.ts <= t0))

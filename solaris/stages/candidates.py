@@ -26,9 +26,7 @@ from solaris.storage.sql import literal, render, statements
 from solaris.storage.table import Table
 from solaris.storage.tables import (
     RunRecord,
-    replace_where,
     stored_partitions,
-    table_exists,
 )
 from solaris.udfs.knn import user_representation_step
 from solaris.udfs.retrieval import ITEM_SCHEMA, RETRIEVAL_SCHEMA, make_item_averager, make_retriever
@@ -225,7 +223,8 @@ class _PeriodStatistics:
     def __init__(self, spark: SparkSession, config: SolarisConfig, stats_as_of: datetime, views: list[str]):
 
         self.spark, self.config, self.stats_as_of = spark, config, stats_as_of
-        self.path = config.table_path("item_statistics")
+        self.table = Table.of(spark, config, "item_statistics")
+        self.path = self.table.path
         by_name = {_view_name(statement): statement for statement in views}
         self.keys = {name: item_stats_key(name, stats_as_of, [by_name[view] for view in inputs])
                      for name, inputs in ITEM_STAT_INPUTS.items()}
@@ -239,9 +238,7 @@ class _PeriodStatistics:
     def stored_keys(self) -> set[str]:
         """The statistics in the table (its partitions), read from the Delta log: no Spark job."""
         if self._stored is None:
-
-            found = table_exists(self.spark, self.path)
-            self._stored = stored_partitions(self.path, "stats_key") if found else set()
+            self._stored = stored_partitions(self.path, "stats_key") if self.table.exists() else set()
         return self._stored
 
     def frame(self, name: str, statement: str) -> DataFrame:
@@ -266,7 +263,6 @@ class _PeriodStatistics:
 
         from pyspark.sql import functions as F
 
-
         if not self.computed:
             return
         statistic = {key: name for name, key in self.keys.items()}
@@ -277,8 +273,7 @@ class _PeriodStatistics:
         rows = reduce(lambda a, b: a.unionByName(b), parts)
         keep_from = self.stats_as_of - timedelta(days=self.config.precompute.candidates.item_stats_keep_days)
         keys = ", ".join(f"'{key}'" for key in self.computed)
-        replace_where(rows, self.path, f"stats_key IN ({keys}) OR stats_as_of < {literal(keep_from)}",
-                      partition_by=["stats_key"])
+        self.table.replace_where(rows, f"stats_key IN ({keys}) OR stats_as_of < {literal(keep_from)}")
         log.info("item statistics as of %s stored in %s (%s)", self.stats_as_of, self.path,
                  ", ".join(statistic[key] for key in self.computed))
         self.computed.clear()

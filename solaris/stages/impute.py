@@ -72,7 +72,6 @@ def make_imputer(dim: int, min_neighbors: int,
         import pyarrow as pa
         import pyarrow.compute as pc
 
-
         for table in complete_groups(batches, "user_id"):
             users = table.column("user_id").to_numpy()
             users = users[group_starts(users)]

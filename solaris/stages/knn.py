@@ -37,7 +37,8 @@ from solaris.enrichment import knn
 from solaris.precompute.spark_features import user_vectors
 from solaris.runtime import JobInputError
 from solaris.storage.embedding_codec import decode
-from solaris.storage.tables import RunRecord, table_rows, table_version, with_commit_retry
+from solaris.storage.table import Table
+from solaris.storage.tables import RunRecord, table_rows, table_version
 from solaris.timeutil import parse_utc, utc_stamp
 from solaris.udfs.knn import (
     ASSIGNMENT_SCHEMA,
@@ -234,9 +235,7 @@ def _search_and_write(spark: SparkSession, config: SolarisConfig, index: _Cluste
                              F.lit(fm_version).alias("fm_version"), F.lit(run_id).alias("run_id"))
     if local is None:  # the recall check reads the Spark search's lists again
         neighbors = neighbors.persist(StorageLevel.MEMORY_AND_DISK)
-    path = config.table_path("user_neighbors")
-    write = neighbors.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-    with_commit_retry(lambda: write.save(path), f"overwrite {path}")
+    Table.of(spark, config, "user_neighbors").write(neighbors, run_id)
     return neighbors, local
 
 

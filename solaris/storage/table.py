@@ -25,7 +25,9 @@ from solaris.storage.tables import (
     driver_rows,
     merge_if_new_run,
     merge_rows_if_new_run,
+    overwrite,
     replace_run,
+    replace_where,
     run_rows,
     servable_rows,
     table_exists,
@@ -49,12 +51,14 @@ class WriteRule:
     ``merge_newer``: upsert on ``keys``; a row of a later ``computed_at`` replaces the stored one, a
     row of the same run leaves it untouched (reruns are no-ops, a late older run never overwrites a
     newer one). ``replace_run``: the run's rows are replaced in one commit (a rerun replaces its own).
+    ``replace_where``: the rows of a predicate the writer names are replaced in one commit.
+    ``overwrite``: the whole table is replaced (it holds current state, recomputed whole by each run).
     ``order_by``: the order of the rows in a driver write. Spark hands collected rows over in no fixed
     order, and the file's order is the order the next stage reads them in (e.g. the FM's batches,
     whose float rounding depends on which rows share a batch): sorted, a rerun writes the same file.
     """
 
-    kind: Literal["merge_newer", "replace_run"]
+    kind: Literal["merge_newer", "replace_run", "replace_where", "overwrite"]
     keys: tuple[str, ...] = ()
     partition_by: tuple[str, ...] = ()
     order_by: tuple[str, ...] = ()
@@ -74,6 +78,9 @@ WRITE_RULES: dict[str, WriteRule] = {
     "imputed_embeddings": WriteRule("merge_newer", keys=("user_id",), order_by=("user_id",)),
     "item_embeddings": WriteRule("merge_newer", keys=("item_id",), order_by=("item_id",)),
     "imputed_item_embeddings": WriteRule("merge_newer", keys=("item_id",)),  # computed on the driver
+    "user_neighbors": WriteRule("overwrite"),
+    # the item-item statistics of the periods a run computed, and the expired periods, in one commit
+    "item_statistics": WriteRule("replace_where", partition_by=("stats_key",)),
 }
 
 class _Collect:
@@ -127,11 +134,23 @@ class Table:
         write ``frame``; by default they are collected here when few enough.
         """
         rule = self._rule()
+        if rule.kind == "overwrite":
+            overwrite(frame, self.path)
+            return
+        if rule.kind == "replace_where":
+            raise ValueError(f"{self.name} is written by replace_where(frame, predicate)")
         collected = self.collect(frame, expected_rows) if rows is COLLECT else rows
         if rule.kind == "merge_newer":
             merge_if_new_run(frame, self.path, list(rule.keys), list(rule.partition_by), rows=collected)
         else:
             replace_run(frame, self.path, run_id, list(rule.partition_by), rows=collected)
+
+    def replace_where(self, frame: DataFrame, predicate: str) -> None:
+        """Replace the rows matching the Spark SQL ``predicate`` with ``frame`` in one commit."""
+        rule = self._rule()
+        if rule.kind != "replace_where":
+            raise ValueError(f"{self.name} is written by its {rule.kind} rule, not by a predicate")
+        replace_where(frame, self.path, predicate, list(rule.partition_by))
 
     def write_rows(self, rows: Any) -> None:
         """Merge rows computed on the driver (a pyarrow table) by the table's rule, with ``deltalake``."""

@@ -471,6 +471,13 @@ def replace_where(df: "DataFrame", path: str, predicate: str, partition_by: Sequ
     with_commit_retry(write, f"replaceWhere {predicate!r} in {path}")
 
 
+def overwrite(df: "DataFrame", path: str) -> None:
+    """Replace the whole table with ``df`` in one commit (its schema too): for tables that hold current
+    state only, which a rerun recomputes whole."""
+    write = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    with_commit_retry(lambda: write.save(path), f"overwrite {path}")
+
+
 def write_quarantine(
     spark: "SparkSession",
     config: SolarisConfig,

@@ -27,6 +27,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     monkeypatch.setattr(table_module, "merge_if_new_run", recorder("merge"))
     monkeypatch.setattr(table_module, "replace_run", recorder("replace"))
     monkeypatch.setattr(table_module, "merge_rows_if_new_run", recorder("merge_rows"))
+    monkeypatch.setattr(table_module, "overwrite", recorder("overwrite"))
+    monkeypatch.setattr(table_module, "replace_where", recorder("replace_where"))
     monkeypatch.setattr(table_module, "driver_rows", recorder("collect", result="ROWS"))
     return recorded
 
@@ -40,7 +42,7 @@ def test_every_rule_names_a_table_of_the_config_and_a_merge_has_its_key(tmp_path
     config = SolarisConfig(warehouse=tmp_path)
     for name, rule in WRITE_RULES.items():
         assert config.table_path(name).startswith(str(tmp_path))
-        assert rule.kind in ("merge_newer", "replace_run")
+        assert rule.kind in ("merge_newer", "replace_run", "replace_where", "overwrite")
         assert bool(rule.keys) == (rule.kind == "merge_newer"), name
     with pytest.raises(ValueError, match="key columns"):
         WriteRule("merge_newer")
@@ -75,3 +77,15 @@ def test_driver_rows_go_to_a_merge_table_only_and_a_table_without_a_rule_refuses
     events = Table(spark=None, name="events", path="/w/events", rule=None, driver_max_rows=100)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no write rule"):
         events.write("FRAME", "run-1")  # type: ignore[arg-type]
+
+
+def test_current_state_is_overwritten_whole_and_a_predicate_table_only_takes_a_predicate(calls: list[tuple]) -> None:
+    _table("user_neighbors").write("FRAME", "run-1")  # type: ignore[arg-type]
+    assert calls == [("overwrite", ("FRAME", "/w/user_neighbors"), {})]  # nothing collected
+    calls.clear()
+    _table("item_statistics").replace_where("FRAME", "stats_key IN ('a')")  # type: ignore[arg-type]
+    assert calls == [("replace_where", ("FRAME", "/w/item_statistics", "stats_key IN ('a')", ["stats_key"]), {})]
+    with pytest.raises(ValueError, match="replace_where"):
+        _table("item_statistics").write("FRAME", "run-1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not by a predicate"):
+        _table("candidates").replace_where("FRAME", "true")  # type: ignore[arg-type]
