@@ -7,7 +7,6 @@ import argparse
 import sys
 
 from solaris.drivers import evaluate as driver
-from solaris.drivers.evaluate import QUICK_OVERRIDES
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, job_parser, run_job, setup_logging
 from solaris.spark import get_spark
 
@@ -20,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
         "densest evaluation.windows windows of the data)",
     )
     parser.add_argument("--name", help="output folder under <warehouse>/evaluation (default: t0-<T0>)")
-    parser.add_argument("--quick", action="store_true", help="CI preset: " + " ".join(QUICK_OVERRIDES))
+    parser.add_argument("--quick", action="store_true", help="CI preset: " + " ".join(driver.QUICK_OVERRIDES))
     parser.add_argument("--force", action="store_true", help="recompute seeds that already have a result")
     add_common_args(parser)
     return parser
@@ -32,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> None:
         if args.quick:
-            args.overrides = [*QUICK_OVERRIDES, *args.overrides]
+            args.overrides = [*driver.QUICK_OVERRIDES, *args.overrides]
         config = config_from_args(args)
         summary = driver.run(lambda: get_spark(config, "evaluate"), config, args.as_of, args.name, args.force)
         print("\n".join(driver.summary_lines(summary)))

@@ -8,7 +8,6 @@ import sys
 
 from solaris.runtime import job_parser, run_stage
 from solaris.stages import expire as stage
-from solaris.stages.expire import is_vacuum_hour, run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,9 +28,10 @@ def main(argv: list[str] | None = None) -> int:
         argv,
         "expire",
         "precompute",
-        run=lambda spark, config, args, run_id: run(
+        run=lambda spark, config, args, run_id: stage.run(
             spark, config, args.as_of, run_id, args.optimize,
-            is_vacuum_hour(args.as_of, config.precompute.vacuum_every_hours) if args.vacuum is None else args.vacuum,
+            (stage.is_vacuum_hour(args.as_of, config.precompute.vacuum_every_hours) if args.vacuum is None
+             else args.vacuum),
         ),
         report=lambda config, result: f"expired={result.expired} from {config.table_path('pair_embeddings')}",
     )

@@ -8,7 +8,6 @@ import sys
 
 from solaris.runtime import job_parser, run_stage
 from solaris.stages import hit_rate as stage
-from solaris.stages.hit_rate import percent_text, run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,10 +17,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "hit-rate", "precompute",
-        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
+        run=lambda spark, config, args, run_id: stage.run(spark, config, args.as_of, run_id),
         report=lambda config, result: (
-            f"hit rate: candidates {percent_text(result.candidates.hit_rate)}, "
-            f"verified {percent_text(result.verified.hit_rate)} of {result.requests} requests"
+            f"hit rate: candidates {stage.percent_text(result.candidates.hit_rate)}, "
+            f"verified {stage.percent_text(result.verified.hit_rate)} of {result.requests} requests"
         ),
     )
 

@@ -18,7 +18,6 @@ from solaris.runtime import (
     setup_logging,
 )
 from solaris.stages import ingest as stage
-from solaris.stages.ingest import ingest, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         spec = resolve_source(args.input, args.layout, args.dataset, columns, args.id_mode, args.delimiter)
         spark = get_spark(config, "ingest")
         if args.validate_only:
-            report = validate(spark, config, spec, args.as_of, now, samples=args.samples)
+            report = stage.validate(spark, config, spec, args.as_of, now, samples=args.samples)
             print(report.render())
             return EXIT_OK if report.clean else EXIT_WOULD_QUARANTINE
-        result = ingest(spark, config, spec, args.as_of, args.run_id or f"ingest-{spec.dataset}", now)
+        result = stage.ingest(spark, config, spec, args.as_of, args.run_id or f"ingest-{spec.dataset}", now)
         print(f"events: {result.events_path}  valid={result.rows_valid} quarantined={result.rows_quarantined}")
         return EXIT_OK
 

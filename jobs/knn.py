@@ -8,7 +8,6 @@ import sys
 
 from solaris.runtime import job_parser, run_stage
 from solaris.stages import knn as stage
-from solaris.stages.knn import run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "knn", "enrichment",
-        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id, args.fm),
+        run=lambda spark, config, args, run_id: stage.run(spark, config, args.as_of, run_id, args.fm),
         report=lambda config, result: (f"user_neighbors: {config.table_path('user_neighbors')} users={result.users} "
                                        f"recall@{result.k}={result.recall:.3f}"),
     )

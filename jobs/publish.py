@@ -8,7 +8,6 @@ import sys
 
 from solaris.runtime import job_parser, run_stage
 from solaris.stages import publish as stage
-from solaris.stages.publish import run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         argv,
         "publish",
         "enrichment",
-        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id),
+        run=lambda spark, config, args, run_id: stage.run(spark, config, args.as_of, run_id),
         report=lambda config, result: f"snapshot: {result.manifest} coverage={result.coverage:.3f}",
     )
 

@@ -7,7 +7,6 @@ import argparse
 import sys
 
 from solaris.drivers import replay as driver
-from solaris.drivers.replay import run, summary_line
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
 
 
@@ -32,9 +31,9 @@ def main(argv: list[str] | None = None) -> int:
 
         config = config_from_args(args)
         spark = get_spark(config, "replay")
-        summary = run(spark, config, args.start, args.end, args.step_hours, args.force)
+        summary = driver.run(spark, config, args.start, args.end, args.step_hours, args.force)
         for cycle in summary:
-            print(summary_line(cycle))
+            print(driver.summary_line(cycle))
         print(f"replayed {len(summary)} ticks into {config.table_path('pair_embeddings')}")
 
     return run_job("replay", body)

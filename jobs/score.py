@@ -8,7 +8,6 @@ import sys
 
 from solaris.runtime import job_parser, run_stage
 from solaris.stages import score as stage
-from solaris.stages.score import run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         argv,
         "score",
         "precompute",
-        run=lambda spark, config, args, run_id: run(spark, config, args.as_of, run_id, args.fm, args.verifier),
+        run=lambda spark, config, args, run_id: stage.run(spark, config, args.as_of, run_id, args.fm, args.verifier),
         report=lambda config, result: (
             f"pair_embeddings: {config.table_path('pair_embeddings')} written={result.written} "
             f"verified={result.verified} candidates={result.candidates} quarantined={result.quarantined}"

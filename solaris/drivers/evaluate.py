@@ -73,9 +73,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
 
     from solaris.config import SolarisConfig, TrainingConfig
-    from solaris.evaluation.bootstrap import BootstrapIntervals, ScoredRequests
+    from solaris.evaluation.bootstrap import BootstrapIntervals
     from solaris.evaluation.protocol import EvaluationWindow
-    from solaris.evaluation.report import EvaluationSummary
     from solaris.models.features import Features, HistoryIndex
     from solaris.models.fm import FoundationModel
     from solaris.models.training import EventArrays
@@ -280,7 +279,6 @@ class FedInputs:
 
 def fed_inputs(served: ServedFeatures, oracle: np.ndarray, seed: int) -> FedInputs:
     """The input of every VM+SOLARIS model (pure; the placebo's permutation is seeded by ``seed``)."""
-
     if oracle.shape != served.vectors.shape:
         raise ValueError(f"oracle embeddings {oracle.shape} are not aligned with the served ones "
                          f"{served.vectors.shape}")
@@ -395,7 +393,6 @@ def _teacher_logits(
 
 def _vm_training(config: SolarisConfig, **update: Any) -> TrainingConfig:
     """``model.training`` as the evaluation trains its VMs: one thread (the same seed gives the same VM)."""
-
     return config.model.training.model_copy(update={**update, "threads": VM_THREADS})
 
 
@@ -498,7 +495,6 @@ def replay_window(
     ``replay.json`` before the first tick runs: a rerun with the same fingerprint resumes (ticks
     already done are skipped), any other fingerprint drops the tables and replays from scratch.
     """
-
     started = time.monotonic()
     window = rows.window
     # the speculator the schedule would have had at the window's start: fit on the week before it
@@ -704,7 +700,6 @@ def score_seed(
     predictions: ScoredPredictions,
 ) -> SeedResult:
     """Step 6: the seed's metrics, coverage, replay figures and costs (saved as result.json)."""
-
     labels = events.label[rows.scored]
     per_tick = [tick.to_dict() for tick in served.per_tick]
     hit_rates, fm_cost = _replay_figures(spark, seed_config, rows.window, per_tick, rows.scored.size)
@@ -822,7 +817,6 @@ def _replay_figures(
 def choose_windows(config: SolarisConfig, events: EventArrays, t0s: list[datetime] | None) -> list[datetime]:
     """T0s given (``--as-of``, else ``evaluation.t0s``), each checked against the minimums; or, with
     none given, the densest non-overlapping windows of the data (:func:`densest_windows`)."""
-
     settings = config.evaluation
     minimums = (settings.min_requests, settings.min_users, settings.min_training_events)
     given = sorted(t0s or settings.t0s)
@@ -852,7 +846,6 @@ def choose_windows(config: SolarisConfig, events: EventArrays, t0s: list[datetim
 
 def _saved_seed(seed_dir: Path, fingerprint: str) -> tuple[SeedResult, dict[str, np.ndarray]] | None:
     """The seed's saved result and scored predictions when they were computed with ``fingerprint``."""
-
     result_path, scored_path = seed_dir / "result.json", seed_dir / SCORED_FILE
     if not (result_path.is_file() and scored_path.is_file()):
         return None
@@ -987,7 +980,6 @@ def run(
     function, a rerun whose seeds all have results (the report regenerated, another seed count) never
     starts a JVM; the first seed that has to be computed starts it.
     """
-
     settings = config.evaluation
     session = _started_once(spark)
     events = _arrays(session, config, END_OF_TIME)

@@ -47,7 +47,6 @@ def _done(spark: SparkSession, config: SolarisConfig, run_id: str) -> bool:
 def run(spark: SparkSession, config: SolarisConfig, start: datetime, end: datetime, step_hours: float = 1.0,
         force: bool = False) -> list[CycleResult]:
     """Run :func:`solaris.pipeline.run_cycle` (with the replay measurements) at every tick."""
-
     schedule = tick_schedule(start, end, step_hours)
     if not schedule:
         raise JobInputError(f"empty replay range [{start}, {end})")

@@ -224,7 +224,6 @@ class _PeriodStatistics:
 
         self.spark, self.config, self.stats_as_of = spark, config, stats_as_of
         self.table = Table.of(spark, config, "item_statistics")
-        self.path = self.table.path
         by_name = {_view_name(statement): statement for statement in views}
         self.keys = {name: item_stats_key(name, stats_as_of, [by_name[view] for view in inputs])
                      for name, inputs in ITEM_STAT_INPUTS.items()}
@@ -238,7 +237,7 @@ class _PeriodStatistics:
     def stored_keys(self) -> set[str]:
         """The statistics in the table (its partitions), read from the Delta log: no Spark job."""
         if self._stored is None:
-            self._stored = stored_partitions(self.path, "stats_key") if self.table.exists() else set()
+            self._stored = stored_partitions(self.table.path, "stats_key") if self.table.exists() else set()
         return self._stored
 
     def frame(self, name: str, statement: str) -> DataFrame:
@@ -248,9 +247,9 @@ class _PeriodStatistics:
         key = self.keys[name]
         if key not in self.cached:
             if key in self.stored_keys():
-                stored = self.spark.read.format("delta").load(self.path).where(F.col("stats_key") == key)
+                stored = self.spark.read.format("delta").load(self.table.path).where(F.col("stats_key") == key)
                 self.cached[key] = _materialise(stored.select("item_a", "item_b", "n"))
-                log.info("item statistic %s as of %s read from %s", name, self.stats_as_of, self.path)
+                log.info("item statistic %s as of %s read from %s", name, self.stats_as_of, self.table.path)
             else:
                 self.spark.sql(statement)
                 self.cached[key] = self.computed[key] = _materialise(self.spark.table(name))
@@ -274,7 +273,7 @@ class _PeriodStatistics:
         keep_from = self.stats_as_of - timedelta(days=self.config.precompute.candidates.item_stats_keep_days)
         keys = ", ".join(f"'{key}'" for key in self.computed)
         self.table.replace_where(rows, f"stats_key IN ({keys}) OR stats_as_of < {literal(keep_from)}")
-        log.info("item statistics as of %s stored in %s (%s)", self.stats_as_of, self.path,
+        log.info("item statistics as of %s stored in %s (%s)", self.stats_as_of, self.table.path,
                  ", ".join(statistic[key] for key in self.computed))
         self.computed.clear()
 

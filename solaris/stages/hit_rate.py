@@ -127,7 +127,6 @@ def coverage(
     tick: Tick | None = None,
 ) -> CoverageResult:
     """Resolve the next hour's requests through the snapshot just published; share per tier."""
-
     requests = events_until(spark, config, as_of + timedelta(hours=1), since=as_of)
     tables = load_snapshot(manifest_path)
     _, tiers, _ = tables.resolve(requests["user_id"].to_numpy(), requests["item_id"].to_numpy(),

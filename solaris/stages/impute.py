@@ -66,7 +66,6 @@ def make_imputer(dim: int, min_neighbors: int,
                  min_similarity: float) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: (user, neighbour) rows sorted by user and neighbour rank within the
     partition -> one row per user without an aggregate; ``embedding`` is null when not imputable."""
-
     def impute(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
         import pyarrow as pa

@@ -181,7 +181,6 @@ def _cluster_index(config: SolarisConfig, vectors: DataFrame, n_users: int, fm_v
                    as_of: datetime) -> _ClusterIndex:
     """Reuse a stored index or train one (centroids, then the smallest nprobe reaching the target
     recall on held-out users), and decide where the search runs."""
-
     enrichment, dim, k = config.enrichment, config.model.embedding_dim, config.enrichment.knn_k
     index_dir = _index_dir(config, fm_version)
     stored = _stored_indexes(index_dir)
@@ -253,7 +252,6 @@ def _index_dir(config: SolarisConfig, fm_version: str) -> Path:
 
 def _stored_indexes(directory: Path) -> list[tuple[float, int, Path]]:
     """``(trained_at epoch s, users, file)`` of each index in ``directory`` (named ``<stamp>-n<users>.npz``)."""
-
     found = []
     for path in sorted(directory.glob("*-n*.npz")) if directory.is_dir() else []:
         stamp, _, users = path.stem.rpartition("-n")
@@ -420,7 +418,6 @@ def _recall(spark: SparkSession, vectors: DataFrame, neighbors: DataFrame, query
 
 def _written(spark: SparkSession, path: str) -> tuple[int, int]:
     """(version, rows) of the table after the overwrite, from the Delta log (no Spark job)."""
-
     version = table_version(spark, path)
     if version is None:
         raise RuntimeError(f"{path} vanished right after it was written")

@@ -44,7 +44,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
     from solaris.config import SolarisConfig
-    from solaris.serving.snapshots import PinnedTable, ServableStats
     from solaris.tick import Tick
 
 log = logging.getLogger("solaris.publish")
@@ -67,7 +66,6 @@ class PublishResult:
 def _flag_bad_rows(dim: int) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     """The ``mapInPandas`` function: each row's ``embedding`` -> ``bad`` (missing, wrong size or not finite),
     vectorised; the rule of :func:`solaris.serving.snapshots.servable_stats`."""
-
     def flag(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         import numpy as np
 
@@ -172,7 +170,6 @@ def _servable_stats_on_driver(pinned: dict[str, PinnedTable], neighbors: PinnedT
 
 def _pinned(spark: SparkSession, path: str) -> PinnedTable:
     """The table at its latest committed version (the caller checked that it exists)."""
-
     version = table_version(spark, path)
     if version is None:
         raise RuntimeError(f"{path} vanished between its existence check and reading its version")
@@ -183,7 +180,6 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         ) -> PublishResult:
     """Pin every tier table at its current version, count what is servable at the as-of, run the
     quality gate, then write the snapshot manifest (the one atomic step serving sees)."""
-
     dim = config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="publish", as_of=as_of)
     tables, stats = _pinned_tables_and_stats(spark, config, as_of)
@@ -240,7 +236,6 @@ def _pinned_tables_and_stats(spark: SparkSession, config: SolarisConfig, as_of: 
                              ) -> tuple[dict[str, PinnedTable], ServableStats]:
     """Every existing tier table and ``user_neighbors`` pinned at their current Delta versions, and
     the servable rows / users of those versions at ``as_of`` (on the driver when small enough)."""
-
     dim = config.model.embedding_dim
     tables: dict[str, PinnedTable] = {}
     log.info("publish at %s: checking servable rows of %s at their current Delta versions", as_of,

@@ -49,7 +49,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from solaris.config import SolarisConfig, VerifierConfig
     from solaris.tick import Tick
-    from solaris.udfs.fm_scoring import ScoringSpec
 
 log = logging.getLogger("solaris.score")
 
@@ -232,7 +231,6 @@ def write_pairs(spark: SparkSession, config: SolarisConfig, verified: DataFrame,
 def _has_values(spark: SparkSession, path: str, run_id: str, column: str) -> bool:
     """Whether any of the run's rows in the table at ``path`` has a non-null ``column`` (read from
     the run's files on the driver: :func:`solaris.storage.tables.run_rows`)."""
-
     values = run_rows(spark, path, run_id, (column,)).column(column)
     return len(values) > values.null_count
 

@@ -31,7 +31,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
     from solaris.config import SolarisConfig
-    from solaris.precompute.speculation import Speculator
 
 log = logging.getLogger("solaris.train_speculator")
 
@@ -104,7 +103,6 @@ def fit(spark: SparkSession, config: SolarisConfig, as_of: datetime) -> Speculat
 
 def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str) -> tuple[Path, Speculator]:
     """Fit at ``as_of``, save under the speculator checkpoint and record the run; the folder and the speculator."""
-
     speculator = fit(spark, config, as_of)
     folder = save_speculator(config, speculator)
     RunRecord(run_id=run_id, job="train_speculator", as_of=as_of, rows_in=speculator.rows, rows_out=1,
