@@ -81,11 +81,15 @@ def shuffle_partitions(config: SolarisConfig, master: str) -> int:
 
 
 def partition_conf(config: SolarisConfig, master: str) -> dict[str, str]:
-    """The Spark settings that follow :func:`shuffle_partitions` for ``master``: the shuffles, and the
-    tasks Delta rebuilds a table's state with (its default of 50 is pure overhead on small tables)."""
+    """The Spark settings that follow :func:`shuffle_partitions` for ``master``: the shuffles, the
+    tasks Delta rebuilds a table's state with (its default of 50 is pure overhead on small tables),
+    and the tasks a parallel file listing runs (Spark's default of 10,000: VACUUM lists a table's
+    directories with it, so on a local master it scheduled ten thousand near-empty tasks and a
+    VACUUM of a tick table took minutes instead of seconds; ``bench/vacuum.py`` measures both)."""
     partitions = shuffle_partitions(config, master)
     return {"spark.sql.shuffle.partitions": str(partitions),
-            "spark.databricks.delta.snapshotPartitions": str(max(2, partitions))}
+            "spark.databricks.delta.snapshotPartitions": str(max(2, partitions)),
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(partitions)}
 
 
 def driver_java_options(config: SolarisConfig, one_stage: bool = False) -> str:

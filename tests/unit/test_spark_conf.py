@@ -103,3 +103,7 @@ def test_shuffle_partitions_follow_a_local_masters_threads_unless_the_config_set
     fixed = load_config(overrides=["spark.shuffle_partitions=16"])
     assert shuffle_partitions(fixed, "local[2]") == 16
     assert session_conf(fixed, master="yarn")["spark.databricks.delta.snapshotPartitions"] == "16"
+    # so do the tasks of a parallel file listing (VACUUM's), instead of Spark's 10,000
+    listing = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+    assert session_conf(config, master="local[3]")[listing] == "3"
+    assert session_conf(fixed, master="yarn")[listing] == "16"
