@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from solaris.storage.sql import literal
 from solaris.storage.table import Table
 from solaris.storage.tables import RunRecord
-from solaris.storage.validity import expired_predicate
+from solaris.storage.validity import EXPIRES_AT, expired_predicate
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -65,7 +65,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         return ExpireResult(expired=0, remaining=0, log_trimmed=0, optimized=False, vacuumed=False)
     cutoff = literal(as_of)
     # Partition filter first so fully-expired buckets are dropped without rewriting files.
-    expired = pairs.delete_where(f"expiry_bucket <= {cutoff} AND {expired_predicate(cutoff)}")
+    expired = pairs.delete_where(f"expiry_bucket <= {cutoff} AND {expired_predicate(cutoff)}",
+                                 bounded_by=(EXPIRES_AT, as_of))
     if optimize:
         pairs.compact_where(f"expiry_bucket > {cutoff}")
     if vacuum:
@@ -73,8 +74,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     pairs_log = Table.of(spark, config, "pair_embeddings_log")
     trimmed = 0
     if pairs_log.exists():
-        horizon = literal(as_of - timedelta(hours=config.enrichment.log_retention_hours))
-        trimmed = pairs_log.delete_where(f"computed_at <= {horizon}")
+        horizon = as_of - timedelta(hours=config.enrichment.log_retention_hours)
+        trimmed = pairs_log.delete_where(f"computed_at <= {literal(horizon)}", bounded_by=("computed_at", horizon))
     remaining = pairs.row_count()
     record.rows_in, record.rows_out = expired + remaining, remaining
     record.table_versions = {"pair_embeddings": pairs.version()}

@@ -18,6 +18,7 @@ folder, Spark otherwise. The primitives live in :mod:`solaris.storage.tables`; t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from solaris.storage.tables import (
@@ -25,6 +26,7 @@ from solaris.storage.tables import (
     driver_rows,
     merge_if_new_run,
     merge_rows_if_new_run,
+    none_at_or_below,
     overwrite,
     replace_run,
     replace_where,
@@ -37,8 +39,6 @@ from solaris.storage.tables import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from datetime import datetime
-
     from pyspark.sql import DataFrame, SparkSession
 
     from solaris.config import SolarisConfig
@@ -163,12 +163,20 @@ class Table:
         """Rows of the latest version, from the log's statistics (no Spark job)."""
         return table_rows(self.path)
 
-    def delete_where(self, predicate: str) -> int:
+    def delete_where(self, predicate: str, *, bounded_by: tuple[str, datetime] | None = None) -> int:
         """Delete the rows matching the Spark SQL ``predicate`` in one commit (redone on a concurrent
         commit, as every write here); the rows it removed, from the commit's own metrics rather than a
-        counting job first (Delta commits nothing when no row matches)."""
+        counting job first (Delta commits nothing when no row matches).
+
+        ``bounded_by``: ``(column, bound)`` such that the predicate matches only rows with ``column <=
+        bound``. When the log's statistics show no live row there (:func:`none_at_or_below`), nothing
+        can match and no Spark job runs: an hourly expiry usually has nothing due in the first TTL
+        hours, and a Spark DELETE that matches nothing still plans and scans the table.
+        """
         from delta.tables import DeltaTable
 
+        if bounded_by is not None and none_at_or_below(self.path, *bounded_by):
+            return 0
         before = self.version()
         with_commit_retry(lambda: DeltaTable.forPath(self.spark, self.path).delete(predicate),
                           f"delete {predicate!r} from {self.path}")

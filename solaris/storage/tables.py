@@ -255,6 +255,29 @@ def may_hold(path: str, column: str, value: str) -> bool:
     return bool(pc.any(_may_hold_mask(files, column, value)).as_py())
 
 
+def none_at_or_below(path: str, column: str, bound: datetime) -> bool:
+    """True only when no live row of the table can have ``column <= bound``.
+
+    Decided from the per-file minimum statistics in the Delta log (no Spark job): every live file's
+    minimum above the bound. False means "maybe" (no statistics, or a file at or below the bound).
+    Delta truncates a timestamp's statistics to milliseconds, which can only lower a minimum, so a
+    minimum above the bound is a true one.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    files = _add_actions(path)
+    if files.num_rows == 0:
+        return True
+    name = f"min.{column}"
+    if name not in files.column_names:
+        return False
+    low = files.column(name)
+    if low.null_count:
+        return False
+    return bool(pc.all(pc.greater(low, pa.scalar(bound, type=low.type))).as_py())
+
+
 def _may_hold_mask(files: Any, column: str, value: str) -> Any:
     """Per live file (a row of :func:`_add_actions`): False only when its ``column`` min/max
     statistics exclude ``value``; the caller checked that the statistics columns exist."""

@@ -14,6 +14,7 @@ from solaris.storage.tables import (
     logged_row_count,
     may_hold,
     merge_rows_if_new_run,
+    none_at_or_below,
     rows_at_version,
     run_rows,
     servable_rows,
@@ -64,6 +65,26 @@ def test_may_hold_is_false_only_when_no_file_range_contains_the_value(tmp_path):
     assert not may_hold(path, "run_id", "precompute-p")  # removed files no longer count
     assert may_hold(path, "run_id", "precompute-b")
     assert may_hold(path, "no_such_column", "x")  # no statistics: cannot rule it out
+
+
+def test_none_at_or_below_only_when_every_live_file_s_minimum_is_above_the_bound(tmp_path):
+    """What lets the hourly expiry skip a DELETE that cannot match: decided from the log alone."""
+    path = str(tmp_path / "t")
+    t0 = datetime(2026, 1, 8, tzinfo=timezone.utc)
+
+    def stamps(*hours: int) -> pa.Table:
+        return pa.table({"expires_at": pa.array([t0 + timedelta(hours=h) for h in hours], pa.timestamp("us", "UTC"))})
+
+    write_deltalake(path, stamps(3, 5))
+    write_deltalake(path, stamps(4, 9), mode="append")
+    assert none_at_or_below(path, "expires_at", t0 + timedelta(hours=2, minutes=59))
+    assert not none_at_or_below(path, "expires_at", t0 + timedelta(hours=3))  # a row exactly at the bound
+    assert not none_at_or_below(path, "expires_at", t0 + timedelta(hours=4))
+    DeltaTable(path).delete(f"expires_at <= '{(t0 + timedelta(hours=3)).isoformat()}'")  # rewrites file 1
+    assert none_at_or_below(path, "expires_at", t0 + timedelta(hours=3, minutes=30))  # removed rows no longer count
+    assert not none_at_or_below(path, "no_such_column", t0)  # no statistics: cannot rule it out
+    DeltaTable(path).delete("true")
+    assert none_at_or_below(path, "expires_at", t0 + timedelta(days=9))  # no live file: nothing to delete
 
 
 def test_commit_metrics_sum_only_the_named_operation_after_the_version(tmp_path):

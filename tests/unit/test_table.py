@@ -89,3 +89,25 @@ def test_current_state_is_overwritten_whole_and_a_predicate_table_only_takes_a_p
         _table("item_statistics").write("FRAME", "run-1")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not by a predicate"):
         _table("candidates").replace_where("FRAME", "true")  # type: ignore[arg-type]
+
+
+def test_a_delete_bounded_below_every_live_row_runs_no_spark_job(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing at or below the bound (from the log's statistics): no DELETE is issued; a bound that a
+    row reaches issues one."""
+    from datetime import datetime, timedelta, timezone
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    deletes: list[str] = []
+    monkeypatch.setattr(table_module, "with_commit_retry", lambda write, what: deletes.append(what))
+    t0 = datetime(2026, 1, 8, tzinfo=timezone.utc)
+    path = str(tmp_path / "pair_embeddings")
+    write_deltalake(path, pa.table({"expires_at": pa.array([t0 + timedelta(hours=3)], pa.timestamp("us", "UTC"))}))
+    table = Table(spark=None, name="pair_embeddings", path=path, rule=WRITE_RULES["pair_embeddings"],  # type: ignore[arg-type]
+                  driver_max_rows=100)
+    assert table.delete_where("expires_at <= TIMESTAMP '2026-01-08 02:00:00'", bounded_by=("expires_at", t0)) == 0
+    assert deletes == []
+    table.delete_where("expires_at <= TIMESTAMP '2026-01-08 03:00:00'",
+                       bounded_by=("expires_at", t0 + timedelta(hours=3)))
+    assert len(deletes) == 1 and "2026-01-08 03:00:00" in deletes[0]
