@@ -22,7 +22,7 @@ from solaris.runtime import JobInputError
 from solaris.storage.embedding_codec import decode, encode_arrow
 from solaris.storage.table import Table
 from solaris.storage.tables import RunRecord, table_exists
-from solaris.storage.validity import expires_at, servable_column
+from solaris.storage.validity import expires_at
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
@@ -105,9 +105,10 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     neighbors_path, users_path = config.table_path("user_neighbors"), config.table_path("user_embeddings")
     if not table_exists(spark, neighbors_path):
         raise JobInputError(f"no user_neighbors at {neighbors_path}: run `solaris knn` first")
-    neighbors = spark.read.format("delta").load(neighbors_path)
+    neighbors = Table.of(spark, config, "user_neighbors").frame()
     if table_exists(spark, users_path):
-        servable = spark.read.format("delta").load(users_path).where(servable_column(as_of)).select(
+        servable = Table.of(spark, config, "user_embeddings").frame(
+            ["user_id", "embedding", "fm_version"], servable_at=as_of).select(
             F.col("user_id").alias("neighbor_id"), F.col("embedding").alias("neighbor_embedding"), "fm_version")
     else:
         servable = spark.createDataFrame([], "neighbor_id long, neighbor_embedding binary, fm_version string")

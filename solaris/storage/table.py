@@ -22,8 +22,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from solaris.storage.tables import (
+    arrow_frame,
     commit_metrics,
     driver_rows,
+    driver_table,
     merge_if_new_run,
     merge_rows_if_new_run,
     none_at_or_below,
@@ -37,6 +39,7 @@ from solaris.storage.tables import (
     table_version,
     with_commit_retry,
 )
+from solaris.storage.validity import servable_column, servable_filter
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -116,6 +119,36 @@ class Table:
         """``columns`` of the rows run ``run_id`` holds, as a pyarrow table: what a write left for the run
         (on a rerun, the first run's rows), which the stages report."""
         return run_rows(self.spark, self.path, run_id, columns)
+
+    def frame(self, columns: Sequence[str] | None = None, *, servable_at: datetime | None = None) -> DataFrame:
+        """The table (only its rows servable at ``servable_at`` when given) as a Spark DataFrame.
+
+        Why not always Spark's reader: before planning a scan it brings the table's snapshot up to
+        date and filters its files with Spark jobs, seconds for a table of a few thousand rows that
+        the tick has just committed to. So a local table of at most ``spark.driver_max_rows`` rows
+        (from the log's statistics) is read on the driver with ``deltalake`` and handed to Spark as
+        Arrow (:func:`driver_table`); anything larger, not local, or that ``deltalake`` cannot read
+        is read by Spark.
+        """
+        rows = driver_table(self.path, self.driver_max_rows, columns,
+                            None if servable_at is None else servable_filter(servable_at))
+        if rows is not None:
+            return arrow_frame(self.spark, rows)
+        frame = self.spark.read.format("delta").load(self.path)
+        if servable_at is not None:
+            frame = frame.where(servable_column(servable_at))
+        return frame if columns is None else frame.select(*columns)
+
+    def run_frame(self, run_id: str, columns: Sequence[str] | None = None) -> DataFrame:
+        """Run ``run_id``'s rows (``columns`` of them) as a Spark DataFrame, read as :meth:`frame` reads:
+        on the driver when the files that may hold the run have at most ``spark.driver_max_rows`` rows."""
+        from pyspark.sql import functions as F
+
+        rows = driver_table(self.path, self.driver_max_rows, columns, run_id=run_id)
+        if rows is not None:
+            return arrow_frame(self.spark, rows)
+        frame = self.spark.read.format("delta").load(self.path).where(F.col("run_id") == run_id)
+        return frame if columns is None else frame.select(*columns)
 
     def servable_rows(self, as_of: datetime, columns: Sequence[str]) -> Any:
         """``columns`` of the rows servable at ``as_of``, as a pyarrow table (small tables only)."""

@@ -84,8 +84,22 @@ def with_commit_retry(write: Callable[[], Result], what: str, attempts: int = CO
 
 
 def table_exists(spark: "SparkSession", path: str) -> bool:
+    """Whether a Delta table has been committed at ``path``.
+
+    For a local folder (or a local path not there yet) the log is read with ``deltalake``: Spark's
+    ``isDeltaTable`` brings the table's snapshot up to date, which after every commit is Spark jobs,
+    and the stages ask before most reads and writes. Other storage, or a log ``deltalake`` cannot
+    read, is asked of Spark.
+    """
+    import os
+
     from delta.tables import DeltaTable
 
+    if "://" not in path and (os.path.isdir(path) or not os.path.exists(path)):
+        try:
+            return table_version(spark, path) is not None
+        except Exception:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
+            pass
     return DeltaTable.isDeltaTable(spark, path)
 
 
@@ -224,6 +238,60 @@ def servable_rows(spark: "SparkSession", path: str, as_of: datetime, columns: Se
         log.warning("deltalake could not read %s (%s: %s); reading it with Spark instead", path,
                     type(error).__name__, error)
         return with_spark()
+
+
+def arrow_frame(spark: "SparkSession", rows: Any) -> "DataFrame":
+    """Rows already on the driver (a pyarrow table) as a Spark DataFrame.
+
+    The view and large variants of strings, binaries and lists that ``deltalake`` may hand back are
+    cast to the plain types first, the ones Spark maps to its own.
+    """
+    import pyarrow as pa
+
+    def plain(kind: Any) -> Any:
+        if kind in (pa.string_view(), pa.large_string()):
+            return pa.string()
+        if kind in (pa.binary_view(), pa.large_binary()):
+            return pa.binary()
+        if pa.types.is_large_list(kind) or pa.types.is_list_view(kind) or pa.types.is_list(kind):
+            return pa.list_(plain(kind.value_type))
+        return kind
+
+    schema = pa.schema([field.with_type(plain(field.type)) for field in rows.schema])
+    return spark.createDataFrame(rows.cast(schema) if schema != rows.schema else rows)
+
+
+def driver_table(path: str, max_rows: int, columns: Sequence[str] | None = None, where: Any = None, *,
+                 run_id: str | None = None) -> Any:
+    """A local Delta table's rows (``columns``, those matching the Arrow filter ``where``, only run
+    ``run_id``'s when given) read on the driver with ``deltalake``; None when it is not a local
+    folder, ``deltalake`` cannot read it, or it holds more than ``max_rows`` rows - counted from the
+    log's statistics, for a run over the files whose ``run_id`` range may hold it. Spark reads it then.
+    """
+    import os
+
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    if "://" in path or not os.path.isdir(path):
+        return None
+    try:
+        from deltalake import DeltaTable
+
+        files = _add_actions(path)
+        if run_id is not None:
+            if "min.run_id" in files.column_names and "max.run_id" in files.column_names:
+                files = files.filter(_may_hold_mask(files, "run_id", run_id))
+            where = ds.field("run_id") == run_id if where is None else where & (ds.field("run_id") == run_id)
+        records = files.column("num_records")
+        if records.null_count or (pc.sum(records).as_py() or 0) > max_rows:  # unknown counts: Spark's
+            return None
+        dataset = DeltaTable(path).to_pyarrow_dataset()
+        return dataset.to_table(columns=None if columns is None else list(columns), filter=where)
+    except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
+        log.warning("deltalake could not read %s (%s: %s); reading it with Spark instead", path,
+                    type(error).__name__, error)
+        return None
 
 
 def stored_partitions(path: str, column: str) -> set[str]:

@@ -170,3 +170,29 @@ def test_a_table_deltalake_creates_has_the_columns_spark_would_create(spark, tmp
                      rows=driver_rows(frame, 10))
     assert _last_writer(by_driver).startswith("delta-rs") and _last_writer(by_spark).startswith("Apache-Spark")
     assert DeltaTable(by_driver).schema().to_json() == DeltaTable(by_spark).schema().to_json()
+
+
+def test_a_small_table_read_on_the_driver_is_the_frame_spark_s_reader_gives(spark, tmp_path, make_config):
+    """``Table.frame``: the same columns, types and rows (all, or those servable at an as-of) whether
+    ``deltalake`` reads it on the driver or Spark reads it (beyond ``spark.driver_max_rows``)."""
+    from solaris.storage.table import Table
+
+    config = make_config()
+    path = config.table_path("pair_embeddings")
+    merge_if_new_run(_pairs(spark, [(1, 10), (2, 20)], 0.5, T, "r1"), path, ["user_id", "item_id"], ["expiry_bucket"])
+    merge_if_new_run(_pairs(spark, [(2, 20), (3, 30)], 0.7, T + timedelta(hours=5), "r2"), path,
+                     ["user_id", "item_id"], ["expiry_bucket"], rows=driver_rows(
+                         _pairs(spark, [(2, 20), (3, 30)], 0.7, T + timedelta(hours=5), "r2"), 10))
+    on_driver = Table.of(spark, config, "pair_embeddings")
+    with_spark = Table.of(spark, make_config("spark.driver_max_rows=1"), "pair_embeddings")
+    for kwargs in ({}, {"servable_at": T + timedelta(hours=5)}, {"servable_at": T + timedelta(hours=8)}):
+        mine, theirs = on_driver.frame(**kwargs), with_spark.frame(**kwargs)
+        assert mine.schema.simpleString() == theirs.schema.simpleString(), kwargs
+        assert sorted(map(tuple, mine.collect())) == sorted(map(tuple, theirs.collect())), kwargs
+    assert on_driver.frame(servable_at=T + timedelta(hours=8)).count() == 2  # r1's (1, 10) expired at T + 6 h
+    assert on_driver.frame(["user_id"]).columns == ["user_id"]
+    for run_id in ("r1", "r2", "r3"):  # one run's rows (r1's (2, 20) was replaced by r2's; r3 wrote none)
+        mine, theirs = on_driver.run_frame(run_id), with_spark.run_frame(run_id)
+        assert mine.schema.simpleString() == theirs.schema.simpleString(), run_id
+        assert sorted(map(tuple, mine.collect())) == sorted(map(tuple, theirs.collect())), run_id
+    assert on_driver.run_frame("r2").count() == 2

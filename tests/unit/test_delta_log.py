@@ -11,6 +11,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from solaris.storage.tables import (
     commit_metrics,
+    driver_table,
     logged_row_count,
     may_hold,
     merge_rows_if_new_run,
@@ -19,6 +20,7 @@ from solaris.storage.tables import (
     run_rows,
     servable_rows,
     stored_partitions,
+    table_exists,
     table_rows,
 )
 
@@ -85,6 +87,36 @@ def test_none_at_or_below_only_when_every_live_file_s_minimum_is_above_the_bound
     assert not none_at_or_below(path, "no_such_column", t0)  # no statistics: cannot rule it out
     DeltaTable(path).delete("true")
     assert none_at_or_below(path, "expires_at", t0 + timedelta(days=9))  # no live file: nothing to delete
+
+
+def test_a_local_table_s_existence_is_read_from_its_log_without_spark(tmp_path):
+    """No Spark session here (None): a local folder is answered by deltalake alone."""
+    path = tmp_path / "t"
+    assert not table_exists(None, str(path))  # type: ignore[arg-type]  (nothing there yet)
+    path.mkdir()
+    (path / "part-0.parquet").write_bytes(b"")
+    assert not table_exists(None, str(path))  # type: ignore[arg-type]  (a folder, but no Delta log)
+    write_deltalake(str(path / "x"), _runs("precompute-a"))
+    assert table_exists(None, str(path / "x"))  # type: ignore[arg-type]
+
+
+def test_a_small_local_table_is_read_on_the_driver_and_a_larger_or_remote_one_is_left_to_spark(tmp_path):
+    import pyarrow.dataset as ds
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, _runs("precompute-a", "precompute-b"))
+    write_deltalake(path, _runs("precompute-c"), mode="append")
+    rows = driver_table(path, max_rows=3, columns=["run_id"], where=ds.field("run_id") != "precompute-b")
+    assert rows.column_names == ["run_id"] and sorted(rows.column("run_id").to_pylist()) == ["precompute-a",
+                                                                                              "precompute-c"]
+    assert driver_table(path, max_rows=3).num_rows == 3
+    assert driver_table(path, max_rows=2) is None  # more rows than the bound (the log's count)
+    # one run: the bound counts the rows of the files whose run_id range may hold it
+    assert driver_table(path, max_rows=1, run_id="precompute-c").column("run_id").to_pylist() == ["precompute-c"]
+    assert driver_table(path, max_rows=1, run_id="precompute-a") is None  # its file holds two rows
+    assert driver_table(path, max_rows=2, run_id="precompute-a").column("value").to_pylist() == [0]
+    assert driver_table("s3://bucket/t", max_rows=10) is None
+    assert driver_table(str(tmp_path / "missing"), max_rows=10) is None
 
 
 def test_commit_metrics_sum_only_the_named_operation_after_the_version(tmp_path):
