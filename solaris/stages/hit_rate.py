@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from solaris.serving.resolver import coverage as tier_shares
 from solaris.serving.resolver import load_snapshot
-from solaris.storage.table import Table
 from solaris.storage.tables import RunRecord, events_until
 from solaris.tiers import SERVING_ORDER
 
@@ -92,8 +91,10 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
 
     requests = flagged(spark.read.format("delta").load(config.table_path("events"))
                        .where((F.col("ts") > F.lit(as_of)) & (F.col("ts") <= F.lit(horizon_end))), "is_request")
-    candidates = flagged(Table.of(spark, config, "candidates").run_frame(run_id, keys), "is_candidate")
-    verified = flagged(Table.of(spark, config, "pair_embeddings").run_frame(run_id, keys), "is_verified")
+    candidates = flagged(spark.read.format("delta").load(config.table_path("candidates"))
+                         .where(F.col("run_id") == run_id), "is_candidate")
+    verified = flagged(spark.read.format("delta").load(config.table_path("pair_embeddings"))
+                       .where(F.col("run_id") == run_id), "is_verified")
     # One pass (one Spark action) over the union of the three pair sets instead of one count each.
     both = requests.join(candidates, keys, "full_outer").join(verified, keys, "full_outer")
     request = F.coalesce(F.col("is_request"), F.lit(False))

@@ -95,7 +95,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     candidates_path = config.table_path("candidates")
     if not table_exists(spark, candidates_path):
         raise JobInputError(f"no candidates table at {candidates_path}: run `solaris candidates` first")
-    candidates = Table.of(spark, config, "candidates").run_frame(run_id)
+    candidates = spark.read.format("delta").load(candidates_path).where(F.col("run_id") == run_id)
     verifier = _effective_verifier(spark, config, candidates, run_id)
     rule = verifier.rule
     persisted: list[DataFrame] = []  # unpersisted whatever happens

@@ -128,7 +128,8 @@ class Table:
         the tick has just committed to. So a local table of at most ``spark.driver_max_rows`` rows
         (from the log's statistics) is read on the driver with ``deltalake`` and handed to Spark as
         Arrow (:func:`driver_table`); anything larger, not local, or that ``deltalake`` cannot read
-        is read by Spark.
+        is read by Spark. For small current-state tables (impute's inputs): a frame made from Arrow
+        carries no size statistics, so Spark never broadcasts it and plans a large one's joins worse.
         """
         rows = driver_table(self.path, self.driver_max_rows, columns,
                             None if servable_at is None else servable_filter(servable_at))
@@ -137,17 +138,6 @@ class Table:
         frame = self.spark.read.format("delta").load(self.path)
         if servable_at is not None:
             frame = frame.where(servable_column(servable_at))
-        return frame if columns is None else frame.select(*columns)
-
-    def run_frame(self, run_id: str, columns: Sequence[str] | None = None) -> DataFrame:
-        """Run ``run_id``'s rows (``columns`` of them) as a Spark DataFrame, read as :meth:`frame` reads:
-        on the driver when the files that may hold the run have at most ``spark.driver_max_rows`` rows."""
-        from pyspark.sql import functions as F
-
-        rows = driver_table(self.path, self.driver_max_rows, columns, run_id=run_id)
-        if rows is not None:
-            return arrow_frame(self.spark, rows)
-        frame = self.spark.read.format("delta").load(self.path).where(F.col("run_id") == run_id)
         return frame if columns is None else frame.select(*columns)
 
     def servable_rows(self, as_of: datetime, columns: Sequence[str]) -> Any:

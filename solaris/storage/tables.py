@@ -261,29 +261,21 @@ def arrow_frame(spark: "SparkSession", rows: Any) -> "DataFrame":
     return spark.createDataFrame(rows.cast(schema) if schema != rows.schema else rows)
 
 
-def driver_table(path: str, max_rows: int, columns: Sequence[str] | None = None, where: Any = None, *,
-                 run_id: str | None = None) -> Any:
-    """A local Delta table's rows (``columns``, those matching the Arrow filter ``where``, only run
-    ``run_id``'s when given) read on the driver with ``deltalake``; None when it is not a local
-    folder, ``deltalake`` cannot read it, or it holds more than ``max_rows`` rows - counted from the
-    log's statistics, for a run over the files whose ``run_id`` range may hold it. Spark reads it then.
+def driver_table(path: str, max_rows: int, columns: Sequence[str] | None = None, where: Any = None) -> Any:
+    """A local Delta table's rows (``columns``, those matching the Arrow filter ``where``) read on the
+    driver with ``deltalake``; None when it is not a local folder, ``deltalake`` cannot read it, or it
+    holds more than ``max_rows`` rows (from the log's statistics). Spark reads it then.
     """
     import os
 
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 
     if "://" in path or not os.path.isdir(path):
         return None
     try:
         from deltalake import DeltaTable
 
-        files = _add_actions(path)
-        if run_id is not None:
-            if "min.run_id" in files.column_names and "max.run_id" in files.column_names:
-                files = files.filter(_may_hold_mask(files, "run_id", run_id))
-            where = ds.field("run_id") == run_id if where is None else where & (ds.field("run_id") == run_id)
-        records = files.column("num_records")
+        records = _add_actions(path).column("num_records")
         if records.null_count or (pc.sum(records).as_py() or 0) > max_rows:  # unknown counts: Spark's
             return None
         dataset = DeltaTable(path).to_pyarrow_dataset()

@@ -111,10 +111,6 @@ def test_a_small_local_table_is_read_on_the_driver_and_a_larger_or_remote_one_is
                                                                                               "precompute-c"]
     assert driver_table(path, max_rows=3).num_rows == 3
     assert driver_table(path, max_rows=2) is None  # more rows than the bound (the log's count)
-    # one run: the bound counts the rows of the files whose run_id range may hold it
-    assert driver_table(path, max_rows=1, run_id="precompute-c").column("run_id").to_pylist() == ["precompute-c"]
-    assert driver_table(path, max_rows=1, run_id="precompute-a") is None  # its file holds two rows
-    assert driver_table(path, max_rows=2, run_id="precompute-a").column("value").to_pylist() == [0]
     assert driver_table("s3://bucket/t", max_rows=10) is None
     assert driver_table(str(tmp_path / "missing"), max_rows=10) is None
 
