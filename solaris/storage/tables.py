@@ -222,22 +222,10 @@ def servable_rows(spark: "SparkSession", path: str, as_of: datetime, columns: Se
     files. For the recently engaged catalogue only, never for users or pairs. Spark reads instead
     when the table is not a local folder or ``deltalake`` cannot read it (a table feature it lacks).
     """
-    import os
-
-    def with_spark() -> Any:
-        return spark.read.format("delta").load(path).where(servable_column(as_of)).select(*columns).toArrow()
-
-    if not os.path.isdir(path):
-        return with_spark()
-    try:
-        from deltalake import DeltaTable
-
-        dataset = DeltaTable(path).to_pyarrow_dataset()
-        return dataset.to_table(columns=list(columns), filter=servable_filter(as_of))
-    except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
-        log.warning("deltalake could not read %s (%s: %s); reading it with Spark instead", path,
-                    type(error).__name__, error)
-        return with_spark()
+    rows = driver_table(path, None, columns, servable_filter(as_of))
+    if rows is not None:
+        return rows
+    return spark.read.format("delta").load(path).where(servable_column(as_of)).select(*columns).toArrow()
 
 
 def arrow_frame(spark: "SparkSession", rows: Any) -> "DataFrame":
@@ -261,13 +249,14 @@ def arrow_frame(spark: "SparkSession", rows: Any) -> "DataFrame":
     return spark.createDataFrame(rows.cast(schema) if schema != rows.schema else rows)
 
 
-def driver_table(path: str, max_rows: int, columns: Sequence[str] | None = None, where: Any = None) -> Any:
+def driver_table(path: str, max_rows: int | None, columns: Sequence[str] | None = None, where: Any = None) -> Any:
     """A local Delta table's rows (``columns``, those matching the Arrow filter ``where``) read on the
     driver with ``deltalake``; None when it is not a local folder, ``deltalake`` cannot read it, or it
-    holds more than ``max_rows`` rows (from the log's statistics). Spark reads it then.
+    holds more than ``max_rows`` rows (from the log's statistics; None: no bound). Spark reads it then.
     """
     import os
 
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     if "://" in path or not os.path.isdir(path):
@@ -275,11 +264,12 @@ def driver_table(path: str, max_rows: int, columns: Sequence[str] | None = None,
     try:
         from deltalake import DeltaTable
 
-        records = _add_actions(path).column("num_records")
-        if records.null_count or (pc.sum(records).as_py() or 0) > max_rows:  # unknown counts: Spark's
-            return None
-        dataset = DeltaTable(path).to_pyarrow_dataset()
-        return dataset.to_table(columns=None if columns is None else list(columns), filter=where)
+        table = DeltaTable(path)  # one log read for the count and the files
+        if max_rows is not None:
+            records = pa.table(table.get_add_actions(flatten=True)).column("num_records")
+            if records.null_count or (pc.sum(records).as_py() or 0) > max_rows:  # unknown counts: Spark's
+                return None
+        return table.to_pyarrow_dataset().to_table(columns=None if columns is None else list(columns), filter=where)
     except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
         log.warning("deltalake could not read %s (%s: %s); reading it with Spark instead", path,
                     type(error).__name__, error)
