@@ -44,7 +44,7 @@ from solaris.stages.knn import KnnResult
 from solaris.stages.publish import PublishResult
 from solaris.stages.score import ScoreResult
 from solaris.stages.user_aggregates import UserAggregatesResult
-from solaris.storage.tables import RunRecord, write_runs
+from solaris.storage.audit import RunRecord, write_runs
 from solaris.tick import Tick
 from solaris.timeutil import default_run_id
 

@@ -21,13 +21,11 @@ from typing import TYPE_CHECKING
 from solaris.precompute.spark_features import user_vectors, visible_events, within_hours
 from solaris.precompute.speculation import candidate_params, item_stats_key
 from solaris.precompute.speculator_store import load_speculator
+from solaris.storage.audit import RunRecord
 from solaris.storage.embedding_codec import decode
 from solaris.storage.sql import literal, render, statements
 from solaris.storage.table import Table
-from solaris.storage.tables import (
-    RunRecord,
-    stored_partitions,
-)
+from solaris.storage.tables import stored_partitions
 from solaris.udfs.knn import user_representation_step
 from solaris.udfs.retrieval import ITEM_SCHEMA, RETRIEVAL_SCHEMA, make_item_averager, make_retriever
 

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from solaris.storage.audit import RunRecord
 from solaris.storage.sql import literal
 from solaris.storage.table import Table
-from solaris.storage.tables import RunRecord
 from solaris.storage.validity import EXPIRES_AT, expired_predicate
 
 if TYPE_CHECKING:  # pragma: no cover

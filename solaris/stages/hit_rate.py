@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from solaris.serving.resolver import coverage as tier_shares
 from solaris.serving.resolver import load_snapshot
-from solaris.storage.tables import RunRecord, events_until
+from solaris.storage.audit import RunRecord
+from solaris.storage.tables import events_until
 from solaris.tiers import SERVING_ORDER
 
 if TYPE_CHECKING:  # pragma: no cover

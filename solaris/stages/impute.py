@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from solaris.enrichment.aggregates import complete_groups, group_starts, impute_users
 from solaris.runtime import JobInputError
+from solaris.storage.audit import RunRecord
 from solaris.storage.embedding_codec import decode, encode_arrow
 from solaris.storage.table import Table
-from solaris.storage.tables import RunRecord, table_exists
+from solaris.storage.tables import table_exists
 from solaris.storage.validity import expires_at
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -38,7 +38,9 @@ from solaris.ingest.synthetic import generate_chunk, item_world
 from solaris.runtime import (
     JobInputError,
 )
-from solaris.storage.tables import RunRecord, merge_into, table_version, write_quarantine
+from solaris.storage.audit import RunRecord, write_quarantine
+from solaris.storage.table import Table
+from solaris.storage.tables import table_version
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -368,7 +370,7 @@ def ingest(
 
         id_rows = _id_map_rows(valid, classified.id_is_int, spec.dataset)
         if id_rows is not None:
-            merge_into(id_rows, config.table_path("id_map"), keys=["namespace", "raw_id"])
+            Table.of(spark, config, "id_map").write(id_rows, run_id)
 
         events = valid.select(
             F.expr(rules.event_id_sql()).alias("event_id"),
@@ -381,8 +383,7 @@ def ingest(
             F.lit(spec.dataset).alias("dataset"),
             F.lit(run_id).alias("ingest_run_id"),
         )
-        events_path = config.table_path("events")
-        merge_into(events, events_path, keys=["event_id"], partition_by=["event_date"])
+        Table.of(spark, config, "events").write(events, run_id)
 
         record.rows_in, record.rows_out, record.rows_quarantined = rows_in, rows_valid, rows_in - rows_valid
         record.details = {
@@ -396,6 +397,7 @@ def ingest(
             if version is not None:
                 record.table_versions[name] = version
         record.write(spark, config, "success")
+        events_path = config.table_path("events")
         log.info("events table: %s (version %s)", events_path, record.table_versions.get("events"))
         return IngestResult(rows_in, rows_valid, rows_in - rows_valid, counts, events_path, classified.id_modes)
     finally:

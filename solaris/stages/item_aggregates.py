@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, cast
 from solaris.enrichment.items import impute_items
 from solaris.enrichment.window_means import write_window_means
 from solaris.precompute.spark_features import visible_events, within_hours
+from solaris.storage.audit import RunRecord
 from solaris.storage.embedding_codec import decode
 from solaris.storage.table import Table
-from solaris.storage.tables import RunRecord, table_exists
+from solaris.storage.tables import table_exists
 from solaris.storage.validity import expires_at
 
 if TYPE_CHECKING:  # pragma: no cover

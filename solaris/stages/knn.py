@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING
 from solaris.enrichment import knn
 from solaris.precompute.spark_features import user_vectors
 from solaris.runtime import JobInputError
+from solaris.storage.audit import RunRecord
 from solaris.storage.embedding_codec import decode
 from solaris.storage.table import Table
-from solaris.storage.tables import RunRecord, table_rows, table_version
+from solaris.storage.tables import table_rows, table_version
 from solaris.timeutil import parse_utc, utc_stamp
 from solaris.udfs.knn import (
     ASSIGNMENT_SCHEMA,

@@ -33,7 +33,8 @@ from solaris.serving.snapshots import (
     servable_stats,
     write_manifest,
 )
-from solaris.storage.tables import RunRecord, logged_row_count, rows_at_version, table_exists, table_version
+from solaris.storage.audit import RunRecord
+from solaris.storage.tables import logged_row_count, rows_at_version, table_exists, table_version
 from solaris.storage.validity import servable_column, servable_filter
 from solaris.timeutil import utc_stamp
 

@@ -32,13 +32,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from solaris.precompute.spark_features import candidate_features
 from solaris.precompute.speculation import effective_threshold, locate_rank, written_budget
 from solaris.runtime import JobInputError
+from solaris.storage.audit import RunRecord, write_quarantine
 from solaris.storage.table import Table
-from solaris.storage.tables import (
-    RunRecord,
-    run_rows,
-    table_exists,
-    write_quarantine,
-)
+from solaris.storage.tables import run_rows, table_exists
 from solaris.storage.validity import expires_at_column
 from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from solaris.models.checkpoint import save_checkpoint
 from solaris.models.training import EventArrays, train_fm, training_metadata
-from solaris.storage.tables import RunRecord, training_events
+from solaris.storage.audit import RunRecord
+from solaris.storage.tables import training_events
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime

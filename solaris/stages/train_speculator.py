@@ -22,7 +22,7 @@ from solaris.precompute.speculation import FEATURES, Speculator, busiest_ticks, 
 from solaris.precompute.speculator_store import load_speculator, save_speculator
 from solaris.runtime import JobInputError
 from solaris.stages.candidates import prepare_views
-from solaris.storage.tables import RunRecord
+from solaris.storage.audit import RunRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path

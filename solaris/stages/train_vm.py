@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, cast
 from solaris.models.checkpoint import load_checkpoint, save_checkpoint
 from solaris.models.features import training_features
 from solaris.models.training import EventArrays, distillation_teacher_logits, train_vm, training_metadata
-from solaris.storage.tables import RunRecord, training_events
+from solaris.storage.audit import RunRecord
+from solaris.storage.tables import training_events
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime

@@ -19,7 +19,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from solaris.enrichment.window_means import write_window_means
-from solaris.storage.tables import RunRecord, table_exists
+from solaris.storage.audit import RunRecord
+from solaris.storage.tables import table_exists
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 from solaris.storage.tables import (
     arrow_frame,
@@ -27,6 +27,7 @@ from solaris.storage.tables import (
     driver_rows,
     driver_table,
     merge_if_new_run,
+    merge_into,
     merge_rows_if_new_run,
     none_at_or_below,
     overwrite,
@@ -37,6 +38,7 @@ from solaris.storage.tables import (
     table_exists,
     table_rows,
     table_version,
+    upsert_rows,
     with_commit_retry,
 )
 from solaris.storage.validity import servable_column, servable_filter
@@ -56,22 +58,25 @@ class WriteRule:
     newer one). ``replace_run``: the run's rows are replaced in one commit (a rerun replaces its own).
     ``replace_where``: the rows of a predicate the writer names are replaced in one commit.
     ``overwrite``: the whole table is replaced (it holds current state, recomputed whole by each run).
+    ``upsert``: MERGE on ``keys``, the incoming row replacing a stored one of the same key (ingest's
+    events and id map: a re-ingest of the same input changes nothing; the ``runs`` audit: a rerun's
+    row replaces the earlier one).
     ``order_by``: the order of the rows in a driver write. Spark hands collected rows over in no fixed
     order, and the file's order is the order the next stage reads them in (e.g. the FM's batches,
     whose float rounding depends on which rows share a batch): sorted, a rerun writes the same file.
     """
 
-    kind: Literal["merge_newer", "replace_run", "replace_where", "overwrite"]
+    kind: Literal["merge_newer", "replace_run", "replace_where", "overwrite", "upsert"]
     keys: tuple[str, ...] = ()
     partition_by: tuple[str, ...] = ()
     order_by: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.kind == "merge_newer" and not self.keys:
-            raise ValueError("a merge_newer table needs its key columns")
+        if self.kind in ("merge_newer", "upsert") and not self.keys:
+            raise ValueError(f"a {self.kind} table needs its key columns")
 
 
-# The tables a tick writes, by name (config.table_path), with their rule.
+# Every table the pipeline writes, by name (config.table_path), with its rule.
 WRITE_RULES: dict[str, WriteRule] = {
     "candidates": WriteRule("replace_run", partition_by=("run_date",), order_by=("user_id", "item_id")),
     "pair_embeddings": WriteRule("merge_newer", keys=("user_id", "item_id"), partition_by=("expiry_bucket",),
@@ -84,6 +89,13 @@ WRITE_RULES: dict[str, WriteRule] = {
     "user_neighbors": WriteRule("overwrite"),
     # the item-item statistics of the periods a run computed, and the expired periods, in one commit
     "item_statistics": WriteRule("replace_where", partition_by=("stats_key",)),
+    # ingest: the validated events and the raw-id map of hashed inputs
+    "events": WriteRule("upsert", keys=("event_id",), partition_by=("event_date",)),
+    "id_map": WriteRule("upsert", keys=("namespace", "raw_id")),
+    # the audit tables every stage writes (solaris.storage.audit): a (source table, run)'s rejected
+    # rows replaced whole, and one row per (run, job)
+    "quarantine": WriteRule("replace_where", partition_by=("run_date",)),
+    "runs": WriteRule("upsert", keys=("run_id", "job")),
 }
 
 class _Collect:
@@ -162,6 +174,9 @@ class Table:
             return
         if rule.kind == "replace_where":
             raise ValueError(f"{self.name} is written by replace_where(frame, predicate)")
+        if rule.kind == "upsert":
+            merge_into(frame, self.path, list(rule.keys), list(rule.partition_by))
+            return
         collected = self.collect(frame, expected_rows) if rows is COLLECT else rows
         if rule.kind == "merge_newer":
             merge_if_new_run(frame, self.path, list(rule.keys), list(rule.partition_by), rows=collected)
@@ -181,6 +196,18 @@ class Table:
         if rule.kind != "merge_newer":
             raise ValueError(f"{self.name}: only merge_newer tables take driver rows alone")
         merge_rows_if_new_run(rows, self.path, list(rule.keys), list(rule.partition_by))
+
+    def upsert_rows(self, rows: Any, spark_frame: Callable[[], DataFrame]) -> None:
+        """Upsert rows built on the driver (a pyarrow table, string keys) with ``deltalake``
+        (:func:`upsert_rows`); ``spark_frame`` gives them to Spark if ``deltalake`` refuses the table."""
+        rule = self._rule()
+        if rule.kind != "upsert":
+            raise ValueError(f"{self.name} is written by its {rule.kind} rule, not by an upsert")
+        upsert_rows(rows, self.path, list(rule.keys), spark_frame, list(rule.partition_by))
+
+    def any_rows(self, predicate: str) -> bool:
+        """Whether a row matches the Spark SQL ``predicate`` (a Spark scan, files pruned by the log's statistics)."""
+        return not self.spark.read.format("delta").load(self.path).where(predicate).isEmpty()
 
     def row_count(self) -> int:
         """Rows of the latest version, from the log's statistics (no Spark job)."""

@@ -1,6 +1,7 @@
-"""Delta table helpers shared by the Spark jobs: idempotent writes, quarantine, the ``runs`` audit.
+"""The Delta primitives under :class:`solaris.storage.table.Table`: idempotent writes, reads of the log.
 
-Every write here is keyed so that rerunning a job for the same ``run_id`` replaces its own output
+Stages reach tables through ``Table`` (its write rules) and :mod:`solaris.storage.audit`; this
+module holds what those call. Every write here is keyed so that rerunning a job for the same ``run_id`` replaces its own output
 instead of duplicating it (docs/architecture.md §4): MERGE on the table key, or one atomic replacement
 of a run's rows for per-run tables - by Spark, or by ``deltalake`` from the driver for writes small
 enough to collect (:func:`driver_rows`).
@@ -8,12 +9,10 @@ enough to collect (:func:`driver_rows`).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
@@ -23,15 +22,12 @@ from solaris.storage.validity import servable_column, servable_filter
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
-    from solaris.tick import Tick
 
 Result = TypeVar("Result")
 
 log = logging.getLogger(__name__)
 
-QUARANTINE_COLUMNS = ("source_table", "run_id", "reason", "payload", "seen_at", "run_date")
 
 
 COMMIT_ATTEMPTS = 6
@@ -544,107 +540,40 @@ def replace_where(df: "DataFrame", path: str, predicate: str, partition_by: Sequ
     with_commit_retry(write, f"replaceWhere {predicate!r} in {path}")
 
 
+def upsert_rows(rows: Any, path: str, keys: Sequence[str], spark_frame: Callable[[], "DataFrame"],
+                partition_by: Sequence[str] = ()) -> None:
+    """Replace the stored rows of the keys ``rows`` (a pyarrow table) holds with ``rows``, in one commit.
+
+    An upsert on string ``keys`` written as a predicate overwrite: ``deltalake`` replaces the rows
+    matching the keys' values and adds ``rows`` in one commit; two writers of the same keys at once
+    conflict (the later commit sees the other's added rows under its predicate) and the loser redoes
+    its write (:func:`with_commit_retry`), so a key never holds two rows. ``spark_frame`` builds the
+    same rows as a Spark DataFrame for Spark's replaceWhere, used only when ``deltalake`` refuses the
+    table (e.g. a table feature it cannot write).
+    """
+    values = sorted({tuple(row[key] for key in keys) for row in rows.select(list(keys)).to_pylist()})
+    for value in (v for key_values in values for v in key_values):
+        if not isinstance(value, str):
+            raise TypeError(f"upsert_rows keys must be strings, got {type(value).__name__} {value!r}")
+
+    def predicate(quote: Callable[[str], str]) -> str:
+        return " OR ".join(
+            "(" + " AND ".join(f"{key} = '{quote(value)}'" for key, value in zip(keys, key_values, strict=True)) + ")"
+            for key_values in values)
+
+    _with_deltalake_else_spark(
+        lambda: with_commit_retry(
+            lambda: _overwrite_with_deltalake(path, rows, predicate(_standard_sql_str), partition_by),
+            f"upsert of {rows.num_rows} rows into {path}"),
+        lambda: replace_where(spark_frame(), path, predicate(_sql_str), partition_by),
+        path)
+
+
 def overwrite(df: "DataFrame", path: str) -> None:
     """Replace the whole table with ``df`` in one commit (its schema too): for tables that hold current
     state only, which a rerun recomputes whole."""
     write = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
     with_commit_retry(lambda: write.save(path), f"overwrite {path}")
-
-
-def write_quarantine(
-    spark: "SparkSession",
-    config: SolarisConfig,
-    rejected: "DataFrame",
-    source_table: str,
-    run_id: str,
-    n_rejected: int | None = None,
-) -> None:
-    """Replace this run's quarantine rows for ``source_table`` with ``rejected``.
-
-    ``rejected`` must carry ``reason``, ``payload`` (JSON string) and ``seen_at``. A caller that
-    already counted it passes ``n_rejected``: with nothing to quarantine and nothing quarantined
-    earlier by this run, the table is left as it is instead of committing an empty replacement
-    (a Delta commit per hourly run for no change).
-    """
-    from pyspark.sql import functions as F
-
-    rows = rejected.select(
-        F.lit(source_table).alias("source_table"),
-        F.lit(run_id).alias("run_id"),
-        F.col("reason").cast("string"),
-        F.col("payload").cast("string"),
-        F.col("seen_at").cast("timestamp"),
-        F.to_date("seen_at").alias("run_date"),
-    )
-    predicate = f"source_table = '{_sql_str(source_table)}' AND run_id = '{_sql_str(run_id)}'"
-    path = config.table_path("quarantine")
-    if (
-        n_rejected == 0
-        and table_exists(spark, path)
-        and (not may_hold(path, "run_id", run_id) or spark.read.format("delta").load(path).where(predicate).isEmpty())
-    ):
-        return  # same content as an empty replacement, without the commit (nor, usually, a Spark job)
-    replace_where(rows, path, predicate, partition_by=["run_date"])
-
-
-def _runs_schema() -> StructType:
-    from pyspark.sql import types as T
-
-    return T.StructType(
-        [
-            T.StructField("run_id", T.StringType(), False),
-            T.StructField("job", T.StringType(), False),
-            T.StructField("as_of", T.TimestampType(), True),
-            T.StructField("started_at", T.TimestampType(), False),
-            T.StructField("finished_at", T.TimestampType(), False),
-            T.StructField("rows_in", T.LongType(), False),
-            T.StructField("rows_out", T.LongType(), False),
-            T.StructField("rows_quarantined", T.LongType(), False),
-            T.StructField("status", T.StringType(), False),
-            T.StructField("table_versions", T.MapType(T.StringType(), T.LongType()), False),
-            T.StructField("details", T.StringType(), False),
-        ]
-    )
-
-
-def write_runs(spark: "SparkSession", config: SolarisConfig, rows: list[tuple]) -> None:
-    """Replace the rows of these ``(run_id, job)`` keys with ``rows`` in one commit (an upsert on the key).
-
-    Why with ``deltalake`` and not Spark: a handful of rows, written by every stage run on its own
-    (each spark-submit, each Airflow task) and once per in-process tick. Spark's replaceWhere costs
-    a snapshot rebuild, a scan for the files holding the keys and a write - Spark jobs and planning
-    worth about a second in a warm session, more in a fresh one; ``deltalake``'s predicate overwrite
-    does the same on the log and files in milliseconds. The guarantees are the same: one commit;
-    a rerun's row replaces the earlier one; two writers of the same keys at once conflict (the
-    later commit sees the other's added rows under its predicate) and the loser redoes its write
-    (:func:`with_commit_retry`), so a key never holds two rows. Spark writes instead when
-    ``deltalake`` refuses the table (e.g. a table feature it cannot write).
-    """
-    latest = {(row[0], row[1]): row for row in rows}  # a stage redone in the block: its last row wins
-
-    def keys(quote: Callable[[str], str]) -> str:
-        return " OR ".join(f"(run_id = '{quote(run_id)}' AND job = '{quote(job)}')" for run_id, job in sorted(latest))
-
-    path = config.table_path("runs")
-    arrow_rows = _arrow_rows(list(latest.values()), _runs_schema())
-    _with_deltalake_else_spark(
-        lambda: with_commit_retry(lambda: _overwrite_with_deltalake(path, arrow_rows, keys(_standard_sql_str)),
-                                  f"upsert of {len(latest)} rows into {path}"),
-        lambda: replace_where(spark.createDataFrame(list(latest.values()), _runs_schema()), path, keys(_sql_str)),
-        path)
-
-
-def _arrow_rows(rows: list[tuple], schema: StructType) -> Any:
-    """Python row tuples of a Spark ``schema`` as a pyarrow table (timestamps in UTC, maps from dicts)."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    columns = {column.name: [row[index] for row in rows] for index, column in enumerate(arrow_schema)}
-    for column in arrow_schema:
-        if pa.types.is_map(column.type):  # a Python dict per row -> its (key, value) pairs
-            columns[column.name] = [None if value is None else list(value.items()) for value in columns[column.name]]
-    return pa.Table.from_pydict(columns, schema=arrow_schema)
 
 
 def _overwrite_with_deltalake(path: str, rows: Any, predicate: str, partition_by: Sequence[str] = ()) -> None:
@@ -699,49 +628,6 @@ def _create_empty_with_deltalake(path: str, schema: Any, partition_by: Sequence[
     except Exception:
         if not DeltaTable.is_deltatable(path):
             raise  # not a lost creation race
-
-
-@dataclass
-class RunRecord:
-    """One row of the ``runs`` audit table; filled in by a job as it goes."""
-
-    run_id: str
-    job: str
-    as_of: datetime | None
-    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
-    rows_in: int = 0
-    rows_out: int = 0
-    rows_quarantined: int = 0
-    status: str = "running"
-    table_versions: dict[str, int | None] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def write(self, spark: "SparkSession", config: SolarisConfig, status: str, tick: Tick | None = None) -> None:
-        """Record the run with ``status``: into the tick's audit rows when the tick collects them
-        (one commit when it closes, also after a failure: nothing is lost), else at once.
-
-        Why a tick collects them: each write into ``runs`` is a Delta commit, and with Spark, which
-        wrote it before, several jobs and seconds - more than most stages' real work when each of a
-        tick's ten stages wrote its own. The rows, keys and idempotency are the same either way.
-        """
-        self.status = status
-        row = (
-            self.run_id,
-            self.job,
-            self.as_of,
-            self.started_at,
-            datetime.now(timezone.utc),
-            int(self.rows_in),
-            int(self.rows_out),
-            int(self.rows_quarantined),
-            status,
-            {k: None if v is None else int(v) for k, v in self.table_versions.items()},
-            json.dumps(self.details, sort_keys=True, default=str),
-        )
-        if tick is not None and tick.audit is not None:
-            tick.audit.append(row)
-        else:
-            write_runs(spark, config, [row])
 
 
 def _sql_str(value: str) -> str:

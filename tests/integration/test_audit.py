@@ -6,7 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from solaris.storage.tables import RunRecord, table_exists, table_version
+from solaris.storage.audit import RunRecord
+from solaris.storage.tables import table_exists, table_version
 
 AS_OF = datetime(2026, 1, 10, 12, 0, tzinfo=timezone.utc)
 
@@ -93,13 +94,13 @@ def test_deltalake_writes_into_a_runs_table_spark_created(spark, make_config, mo
     """Warehouses from before the audit moved to deltalake hold a `runs` table Spark created."""
     from datetime import datetime, timezone
 
-    from solaris.storage import tables
+    from solaris.storage import audit, tables
 
     config = make_config()
     path = config.table_path("runs")
     now = datetime(2000, 12, 1, tzinfo=timezone.utc)
     old_row = ("r0", "score", now, now, now, 1, 1, 0, "success", {"pair_embeddings": 3}, "{}")
-    tables.replace_where(spark.createDataFrame([old_row], tables._runs_schema()), path, "run_id = 'r0'")
+    tables.replace_where(spark.createDataFrame([old_row], audit._runs_schema()), path, "run_id = 'r0'")
 
     def no_spark(*args, **kwargs):
         raise AssertionError("deltalake refused a Spark-created runs table")

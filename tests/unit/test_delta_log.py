@@ -271,7 +271,7 @@ def test_only_a_concurrent_writer_s_commit_failure_counts_as_a_conflict():
 
 def test_audit_keys_with_quotes_and_backslashes_are_replaced_not_duplicated(tmp_path):
     from solaris.config import load_config
-    from solaris.storage.tables import RunRecord
+    from solaris.storage.audit import RunRecord
 
     config = load_config(overrides=[f"warehouse={tmp_path}"])
     for rows_out in (1, 2):  # a rerun of the same odd key replaces its row (no Spark: deltalake writes it)

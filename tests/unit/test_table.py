@@ -29,6 +29,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     monkeypatch.setattr(table_module, "merge_rows_if_new_run", recorder("merge_rows"))
     monkeypatch.setattr(table_module, "overwrite", recorder("overwrite"))
     monkeypatch.setattr(table_module, "replace_where", recorder("replace_where"))
+    monkeypatch.setattr(table_module, "merge_into", recorder("merge_into"))
+    monkeypatch.setattr(table_module, "upsert_rows", recorder("upsert_rows"))
     monkeypatch.setattr(table_module, "driver_rows", recorder("collect", result="ROWS"))
     return recorded
 
@@ -42,10 +44,13 @@ def test_every_rule_names_a_table_of_the_config_and_a_merge_has_its_key(tmp_path
     config = SolarisConfig(warehouse=tmp_path)
     for name, rule in WRITE_RULES.items():
         assert config.table_path(name).startswith(str(tmp_path))
-        assert rule.kind in ("merge_newer", "replace_run", "replace_where", "overwrite")
-        assert bool(rule.keys) == (rule.kind == "merge_newer"), name
-    with pytest.raises(ValueError, match="key columns"):
-        WriteRule("merge_newer")
+        assert rule.kind in ("merge_newer", "replace_run", "replace_where", "overwrite", "upsert")
+        assert bool(rule.keys) == (rule.kind in ("merge_newer", "upsert")), name
+    for kind in ("merge_newer", "upsert"):
+        with pytest.raises(ValueError, match="key columns"):
+            WriteRule(kind)  # type: ignore[arg-type]
+    # ingest's tables and the audit tables are written through the interface too
+    assert {"events", "id_map", "quarantine", "runs"} <= WRITE_RULES.keys()
 
 
 def test_a_merge_table_collects_in_its_order_then_merges_on_its_key(calls: list[tuple]) -> None:
@@ -74,9 +79,20 @@ def test_driver_rows_go_to_a_merge_table_only_and_a_table_without_a_rule_refuses
     assert calls == [("merge_rows", ("ARROW", "/w/imputed_item_embeddings", ["item_id"], []), {})]
     with pytest.raises(ValueError, match="only merge_newer"):
         _table("candidates").write_rows("ARROW")
-    events = Table(spark=None, name="events", path="/w/events", rule=None, driver_max_rows=100)  # type: ignore[arg-type]
+    unknown = Table(spark=None, name="other", path="/w/other", rule=None, driver_max_rows=100)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no write rule"):
-        events.write("FRAME", "run-1")  # type: ignore[arg-type]
+        unknown.write("FRAME", "run-1")  # type: ignore[arg-type]
+
+
+def test_an_upsert_table_merges_on_its_key_and_takes_driver_rows_as_an_upsert(calls: list[tuple]) -> None:
+    _table("events").write("FRAME", "ingest-1")  # type: ignore[arg-type]
+    assert calls == [("merge_into", ("FRAME", "/w/events", ["event_id"], ["event_date"]), {})]  # nothing collected
+    calls.clear()
+    fallback = object()
+    _table("runs").upsert_rows("ARROW", fallback)  # type: ignore[arg-type]
+    assert calls == [("upsert_rows", ("ARROW", "/w/runs", ["run_id", "job"], fallback, []), {})]
+    with pytest.raises(ValueError, match="not by an upsert"):
+        _table("candidates").upsert_rows("ARROW", fallback)  # type: ignore[arg-type]
 
 
 def test_current_state_is_overwritten_whole_and_a_predicate_table_only_takes_a_predicate(calls: list[tuple]) -> None:
@@ -111,3 +127,28 @@ def test_a_delete_bounded_below_every_live_row_runs_no_spark_job(tmp_path, monke
     table.delete_where("expires_at <= TIMESTAMP '2026-01-08 03:00:00'",
                        bounded_by=("expires_at", t0 + timedelta(hours=3)))
     assert len(deletes) == 1 and "2026-01-08 03:00:00" in deletes[0]
+
+
+def test_upsert_rows_replaces_the_rows_of_their_keys_in_one_commit_and_refuses_other_keys(tmp_path) -> None:
+    """The driver upsert (the ``runs`` audit's write), on a real ``deltalake`` table: a key's row is
+    replaced, other keys are kept, new keys are added, a quote in a key is no injection; Spark's
+    fallback frame is not built while ``deltalake`` writes."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from solaris.storage.tables import upsert_rows
+
+    def no_spark():
+        raise AssertionError("deltalake refused the table")
+
+    path = str(tmp_path / "runs")
+    keys = ["run_id", "job"]
+    upsert_rows(pa.table({"run_id": ["r1", "r1", "r'2"], "job": ["score", "knn", "score"], "n": [1, 2, 3]}),
+                path, keys, no_spark)
+    upsert_rows(pa.table({"run_id": ["r1", "r3"], "job": ["score", "score"], "n": [10, 4]}), path, keys, no_spark)
+    table = DeltaTable(path)
+    assert table.version() == 2  # the creation, then one commit per upsert
+    rows = sorted(tuple(row.values()) for row in table.to_pyarrow_table().to_pylist())
+    assert rows == [("r'2", "score", 3), ("r1", "knn", 2), ("r1", "score", 10), ("r3", "score", 4)]
+    with pytest.raises(TypeError, match="must be strings"):
+        upsert_rows(pa.table({"run_id": [1], "job": ["score"], "n": [1]}), path, keys, no_spark)
