@@ -1,10 +1,10 @@
 """The Delta primitives under :class:`solaris.storage.table.Table`: idempotent writes, reads of the log.
 
 Stages reach tables through ``Table`` (its write rules) and :mod:`solaris.storage.audit`; this
-module holds what those call. Every write here is keyed so that rerunning a job for the same ``run_id`` replaces its own output
-instead of duplicating it (docs/architecture.md §4): MERGE on the table key, or one atomic replacement
-of a run's rows for per-run tables - by Spark, or by ``deltalake`` from the driver for writes small
-enough to collect (:func:`driver_rows`).
+module holds what those call. Every write here is keyed so that rerunning a job for the same
+``run_id`` replaces its own output instead of duplicating it (docs/architecture.md §4): MERGE on
+the table key, or one atomic replacement of a run's rows for per-run tables - by Spark, or by
+``deltalake`` from the driver for writes small enough to collect (:func:`driver_rows`).
 """
 
 from __future__ import annotations
