@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from solaris.config import SolarisConfig
 from solaris.storage.table import Table
-from solaris.storage.tables import may_hold
+from solaris.storage.tables import _sql_str, may_hold
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -24,10 +24,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from solaris.tick import Tick
 
 QUARANTINE_COLUMNS = ("source_table", "run_id", "reason", "payload", "seen_at", "run_date")
-
-
-def _sql_str(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def write_quarantine(
