@@ -33,8 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("solaris.replay")
 
 
-def _done_ticks(spark: SparkSession, config: SolarisConfig, run_ids: set[str]) -> set[str]:
-    """The enrichment run ids among ``run_ids`` whose tick is done: a ``success`` row of its last stage
+def _done_ticks(spark: SparkSession, config: SolarisConfig, wanted: set[str]) -> set[str]:
+    """The enrichment run ids among ``wanted`` whose tick is done: a ``success`` row of its last stage
     (coverage) in ``runs``.
 
     Read once for the whole schedule, and on the driver with ``deltalake`` when ``runs`` is a local
@@ -49,8 +49,8 @@ def _done_ticks(spark: SparkSession, config: SolarisConfig, run_ids: set[str]) -
         return set()
     rows = driver_table(path, None, ("run_id",), (ds.field("job") == LAST_MEASURE) & (ds.field("status") == "success"))
     if rows is not None:
-        return set(rows.column("run_id").to_pylist()) & run_ids
-    done = (F.col("job") == LAST_MEASURE) & (F.col("status") == "success") & F.col("run_id").isin(sorted(run_ids))
+        return set(rows.column("run_id").to_pylist()) & wanted
+    done = (F.col("job") == LAST_MEASURE) & (F.col("status") == "success") & F.col("run_id").isin(sorted(wanted))
     return {row.run_id for row in spark.read.format("delta").load(path).where(done).select("run_id").collect()}
 
 

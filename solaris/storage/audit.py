@@ -23,8 +23,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from solaris.tick import Tick
 
-QUARANTINE_COLUMNS = ("source_table", "run_id", "reason", "payload", "seen_at", "run_date")
-
 
 def write_quarantine(
     spark: "SparkSession",
