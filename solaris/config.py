@@ -194,7 +194,7 @@ class FMConfig(_Strict):
 class VMConfig(_Strict):
     """Vertical (real-time) model: hashed ids into small tables plus two cheap numeric features."""
 
-    id_buckets: int = Field(16_384, ge=16)
+    id_buckets: int = Field(65_536, ge=16)
     id_dim: int = Field(8, ge=1)
     hidden: tuple[int, ...] = (32,)
 

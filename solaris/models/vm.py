@@ -28,7 +28,7 @@ from solaris.tiers import N_TIERS
 
 @dataclass(frozen=True)
 class VMSpec:
-    id_buckets: int = 16_384
+    id_buckets: int = 65_536
     id_dim: int = 8
     hidden: tuple[int, ...] = (32,)
     fm_embedding_dim: int = 0  # 0 = no FM input slot (baseline / distilled / verifier)
