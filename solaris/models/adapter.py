@@ -188,6 +188,19 @@ def _solve(adapter: TierAdapter, offset: torch.Tensor, label: torch.Tensor, vect
         torch.set_num_threads(threads)
 
 
+def _check_inputs(spec: AdapterSpec, body_logits: np.ndarray, labels: np.ndarray, ts_seconds: np.ndarray,
+                  vectors: np.ndarray, tiers: np.ndarray) -> None:
+    """One row per label in every input, vectors of the spec's width, nothing NaN or infinite."""
+    n = len(labels)
+    for name, array in (("body_logits", body_logits), ("ts_seconds", ts_seconds), ("tiers", tiers)):
+        if len(array) != n:
+            raise ValueError(f"{name} has {len(array)} rows, labels {n}")
+    if vectors.shape != (n, spec.embedding_dim):
+        raise ValueError(f"vectors have shape {vectors.shape}, expected ({n}, {spec.embedding_dim})")
+    if not np.isfinite(vectors).all() or not np.isfinite(body_logits).all():
+        raise ValueError("adapter inputs contain NaN or infinity")
+
+
 def fit_adapter(
     spec: AdapterSpec,
     fm_head: nn.Linear,
@@ -212,14 +225,7 @@ def fit_adapter(
     rows. ``body_logits`` must be out of sample for these rows (the VM before it saw them).
     Deterministic: no sampling, and the solver runs on one thread.
     """
-    n = len(labels)
-    for name, array in (("body_logits", body_logits), ("ts_seconds", ts_seconds), ("tiers", tiers)):
-        if len(array) != n:
-            raise ValueError(f"{name} has {len(array)} rows, labels {n}")
-    if vectors.shape != (n, spec.embedding_dim):
-        raise ValueError(f"vectors have shape {vectors.shape}, expected ({n}, {spec.embedding_dim})")
-    if not np.isfinite(vectors).all() or not np.isfinite(body_logits).all():
-        raise ValueError("adapter inputs contain NaN or infinity")
+    _check_inputs(spec, body_logits, labels, ts_seconds, vectors, tiers)
     train, valid = time_split(ts_seconds, validation_fraction)
     offset = torch.as_tensor(np.asarray(body_logits, dtype=np.float32))
     label = torch.as_tensor(np.asarray(labels, dtype=np.float32))
