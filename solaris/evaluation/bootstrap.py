@@ -276,6 +276,12 @@ def weighted_ne(labels: np.ndarray, predictions: np.ndarray, codes: np.ndarray, 
         return (counts @ loss / weight) / _entropy(counts @ positives / weight)
 
 
+# A serving tier that answered the requests of fewer users than this gets estimates, no interval. Why: a
+# user bootstrap over a handful of users draws resamples whose requests are nearly all positive (or
+# all negative), where NE's denominator (the base rate's entropy) is close to 0 and NE explodes; such a
+# percentile interval is an artefact of the few draws, not an uncertainty.
+MIN_STRATUM_USERS = 20
+
 PAIR_MATRIX_MAX_USERS = 4000  # above this the users x users matrix is too big: weight requests instead
 
 
@@ -446,6 +452,7 @@ def tier_strata(
 
     ``counts`` row 0 is the data as observed, the others the resamples (as in
     :func:`bootstrap_intervals`); NE is averaged over seeds, then differenced within each resample.
+    A tier of fewer than :data:`MIN_STRATUM_USERS` users gets its estimates without intervals.
     """
     if requests.served_tier is None:
         return {}
@@ -459,11 +466,12 @@ def tier_strata(
         rows = np.flatnonzero(served == tier)
         if rows.size == 0:
             continue
-        ne = {v: np.mean([weighted_ne(requests.labels[rows], p[v][rows], codes[rows], counts)
+        users = int(np.unique(codes[rows]).size)
+        draws = counts if users >= MIN_STRATUM_USERS else counts[:1]  # the estimate only
+        ne = {v: np.mean([weighted_ne(requests.labels[rows], p[v][rows], codes[rows], draws)
                           for p in requests.predictions], axis=0) for v in variants}
         out[str(tier)] = TierStratum(
-            tier=tier, requests=int(rows.size), users=int(np.unique(codes[rows]).size),
-            share=float(rows.size / served.size),
+            tier=tier, requests=int(rows.size), users=users, share=float(rows.size / served.size),
             ne={v: percentile_interval(float(values[0]), values[1:], confidence) for v, values in ne.items()},
             ne_difference={
                 f"{a}-vs-{b}": percentile_interval(float(ne[a][0] - ne[b][0]), ne[a][1:] - ne[b][1:], confidence)

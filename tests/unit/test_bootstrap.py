@@ -206,3 +206,19 @@ def test_tier_strata_compare_the_variants_on_the_requests_each_tier_served():
     assert restored.per_tier["1"] == bootstrap.bootstrap_intervals(requests, resamples=20, seed=1).per_tier["1"]
     with pytest.raises(ValueError, match="tiers"):
         bootstrap.ScoredRequests(requests.users, requests.labels, requests.predictions, tiers[:-1])
+
+
+def test_a_tier_of_a_few_users_gets_estimates_and_no_interval():
+    """A user bootstrap over a handful of users is no uncertainty estimate (NE explodes in resamples
+    of nearly one label): below MIN_STRATUM_USERS users the tier keeps its estimates, not bounds."""
+    rng = np.random.default_rng(9)
+    requests = _requests(rng)
+    few = bootstrap.MIN_STRATUM_USERS - 1
+    tiers = np.where(requests.users < few, 4, 1)  # tier 4: the requests of the first few users
+    requests = bootstrap.ScoredRequests(requests.users, requests.labels, requests.predictions, tiers)
+    strata = bootstrap.bootstrap_intervals(requests, resamples=200, seed=1).per_tier
+    assert strata["4"].users == few and strata["1"].users == 60 - few
+    for stratum, bounded in ((strata["4"], False), (strata["1"], True)):
+        for interval in (*stratum.ne.values(), *stratum.ne_difference.values()):
+            assert interval.estimate is not None and np.isfinite(interval.estimate)
+            assert (interval.low is not None and interval.high is not None) == bounded
