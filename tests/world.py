@@ -28,10 +28,8 @@ _SPARK = SparkConfig()
 # suite is CPU-bound (BENCHMARKS.md, "Test suite"). The JIT tier changes no result (Java arithmetic is
 # the same in every tier); production sessions keep C2, which pays back over hours of ticks.
 TEST_SESSION_JAVA_OPTIONS = f"{_SPARK.session_java_options} {_SPARK.one_stage_java_options}"
-# One torch thread for the models the tests train: the suite runs as two shards side by side on two
-# cores, so a second intra-op thread only waits for a core the other shard holds.
 TEST_OVERRIDES = ["spark.master=local[2]", "spark.shuffle_partitions=2", "spark.driver_memory=2g",
-                  f"spark.session_java_options={TEST_SESSION_JAVA_OPTIONS}", "model.training.threads=1"]
+                  f"spark.session_java_options={TEST_SESSION_JAVA_OPTIONS}"]
 
 SMALL = [
     "synthetic.chunks=2", "model.embedding_dim=16", "model.history_length=8", "model.fm.id_buckets=1024",

@@ -6,8 +6,7 @@ set-up) against a temporary warehouse, then checks the Airflow metadata DB and t
 The deployment's config is the packaged default plus a YAML that only sizes the run for a test
 (selected with ``$SOLARIS_CONFIG`` as a deployment would; ``$SOLARIS_HOME`` anchors its relative
 paths at the checkout): the speculator learns from 2 past ticks instead of 8, shuffles use 2
-partitions, the FM and the VM have the small sizes of ``tests.world.SMALL`` (FM 16-d, history 8),
-models train on one thread as in ``tests.world.TEST_OVERRIDES``, and the
+partitions, the FM and the VM have the small sizes of ``tests.world.SMALL`` (FM 16-d, history 8), and the
 tasks that are not one hourly stage (ingest, training, replay) the JIT options of the tests' own
 sessions (``tests.world.TEST_SESSION_JAVA_OPTIONS``), as every other test's Spark and models do.
 Every task and code path of the defaults still runs.
@@ -34,7 +33,6 @@ model:
   history_length: 8
   fm: {{id_buckets: 1024, d_model: 16, tower: [32]}}
   vm: {{id_buckets: 16384}}
-  training: {{threads: 1}}
 precompute:
   speculator: {{ticks: 2}}
 spark: {{shuffle_partitions: 2, session_java_options: "{TEST_SESSION_JAVA_OPTIONS}"}}

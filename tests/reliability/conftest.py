@@ -77,23 +77,10 @@ def run_cycle(spark, config, as_of, stages=None):
     return pipeline.run_cycle(spark, config, as_of, stages=stages)
 
 
-def solaris_args(config, *args: str) -> list[str]:
-    """Arguments of one ``solaris`` sub-command on this warehouse with the world's settings."""
-    return [*args, "--warehouse", str(config.warehouse), *set_args([*TEST_OVERRIDES, *SMALL, *WORLD])]
-
-
 def solaris_command(config, *args: str) -> list[str]:
     """argv of the real ``solaris`` CLI for this warehouse (one JVM per process, like spark-submit)."""
-    return [sys.executable, "-m", "solaris.cli", *solaris_args(config, *args)]
-
-
-def solaris_stages_command(config, *commands: list[str]) -> list[str]:
-    """argv of one process that runs several ``solaris`` sub-commands in turn through the CLI's own
-    ``main`` (one JVM start for all of them; the first failing one ends the process with its code)."""
-    argvs = [solaris_args(config, *command) for command in commands]
-    code = ("import sys\nfrom solaris.cli import main\n"
-            f"for argv in {argvs!r}:\n    code = main(argv)\n    if code:\n        sys.exit(code)")
-    return [sys.executable, "-c", code]
+    return [sys.executable, "-m", "solaris.cli", *args, "--warehouse", str(config.warehouse),
+            *set_args([*TEST_OVERRIDES, *SMALL, *WORLD])]
 
 
 # A credential-shaped canary in every job's environment: no job log may ever contain it.

@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import subprocess
 
-from tests.reliability.conftest import T0, checksums, hours, run_cycle, solaris_stages_command, subprocess_env
+from tests.reliability.conftest import T0, checksums, hours, run_cycle, solaris_command, subprocess_env
 
 NAMES = ["candidates", "pair_embeddings", "pair_embeddings_log", "quarantine"]
 
 
 def _precompute(config, as_of: str) -> list[str]:
-    """candidates then score for one hour through the real CLI, in one process of its own (one JVM: the
-    two runs are two processes, as two workers' would be; one JVM start each keeps the test short)."""
-    return solaris_stages_command(config, ["candidates", "--as-of", as_of], ["score", "--as-of", as_of])
+    """candidates then score for one hour, as one shell pipeline of the real CLI."""
+    first = shlex.join(solaris_command(config, "candidates", "--as-of", as_of))
+    second = shlex.join(solaris_command(config, "score", "--as-of", as_of))
+    return ["bash", "-c", f"{first} && {second}"]
 
 
 def test_overlapping_runs_started_together_equal_sequential_runs(spark, fresh_world):
