@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from solaris.evaluation.bootstrap import TIER_COMPARISONS, BootstrapIntervals, Comparison, Interval
+from solaris.evaluation.bootstrap import (
+    MIN_STRATUM_USERS,
+    TIER_COMPARISONS,
+    BootstrapIntervals,
+    Comparison,
+    Interval,
+)
 from solaris.evaluation.protocol import (
     ABLATION,
     FM_AT_TICK,
@@ -290,7 +296,12 @@ def _tier_rows(summary: EvaluationSummary) -> list[str]:
         "|---|---|---|" + "---|" * len(heads),
     ]
     for key, cell in strata.items():
-        cells = [interval_text(cell.ne_difference.get(f"{a}-vs-{b}"), 4) for a, b in TIER_COMPARISONS]
+        differences = [cell.ne_difference.get(f"{a}-vs-{b}") for a, b in TIER_COMPARISONS]
+        if cell.users < MIN_STRATUM_USERS:  # bootstrap.tier_strata gives such a tier estimates only
+            cells = ["n/a" if d is None or d.estimate is None else
+                     f"{_signed(d.estimate, 4)} (no interval: {cell.users} users)" for d in differences]
+        else:
+            cells = [interval_text(d, 4) for d in differences]
         lines.append(f"| {key} ({TIER_NAMES[cell.tier]}) | {cell.requests:,} ({100 * cell.share:.1f} %) | "
                      f"{cell.users:,} | " + " | ".join(cells) + " |")
     return [*lines, "", f"{LABELS[SOLARIS_ALL]} − {LABELS[SOLARIS_ORACLE]} is the distance from the ceiling on "
