@@ -178,6 +178,11 @@ class TierStratum:
     ne: Mapping[str, Interval]
     ne_difference: Mapping[str, Interval]
 
+    @property
+    def bootstrapped(self) -> bool:
+        """Whether its intervals were bootstrapped (:func:`has_enough_users`), or it holds estimates only."""
+        return has_enough_users(self.users)
+
     def to_dict(self) -> dict[str, Any]:
         return {"tier": self.tier, "requests": self.requests, "users": self.users, "share": self.share,
                 "ne": {k: v.to_dict() for k, v in self.ne.items()},
@@ -281,6 +286,11 @@ def weighted_ne(labels: np.ndarray, predictions: np.ndarray, codes: np.ndarray, 
 # all negative), where NE's denominator (the base rate's entropy) is close to 0 and NE explodes; such a
 # percentile interval is an artefact of the few draws, not an uncertainty.
 MIN_STRATUM_USERS = 20
+
+
+def has_enough_users(users: int) -> bool:
+    """A stratum of ``users`` distinct users is bootstrapped (:data:`MIN_STRATUM_USERS`)."""
+    return users >= MIN_STRATUM_USERS
 
 PAIR_MATRIX_MAX_USERS = 4000  # above this the users x users matrix is too big: weight requests instead
 
@@ -467,7 +477,7 @@ def tier_strata(
         if rows.size == 0:
             continue
         users = int(np.unique(codes[rows]).size)
-        draws = counts if users >= MIN_STRATUM_USERS else counts[:1]  # the estimate only
+        draws = counts if has_enough_users(users) else counts[:1]  # the estimate only
         ne = {v: np.mean([weighted_ne(requests.labels[rows], p[v][rows], codes[rows], draws)
                           for p in requests.predictions], axis=0) for v in variants}
         out[str(tier)] = TierStratum(

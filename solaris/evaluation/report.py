@@ -17,13 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from solaris.evaluation.bootstrap import (
-    MIN_STRATUM_USERS,
-    TIER_COMPARISONS,
-    BootstrapIntervals,
-    Comparison,
-    Interval,
-)
+from solaris.evaluation.bootstrap import TIER_COMPARISONS, BootstrapIntervals, Comparison, Interval
 from solaris.evaluation.protocol import (
     ABLATION,
     FM_AT_TICK,
@@ -297,7 +291,7 @@ def _tier_rows(summary: EvaluationSummary) -> list[str]:
     ]
     for key, cell in strata.items():
         differences = [cell.ne_difference.get(f"{a}-vs-{b}") for a, b in TIER_COMPARISONS]
-        if cell.users < MIN_STRATUM_USERS:  # bootstrap.tier_strata gives such a tier estimates only
+        if not cell.bootstrapped:  # too few users: bootstrap.tier_strata gave estimates only
             cells = ["n/a" if d is None or d.estimate is None else
                      f"{_signed(d.estimate, 4)} (no interval: {cell.users} users)" for d in differences]
         else:
