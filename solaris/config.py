@@ -197,6 +197,10 @@ class VMConfig(_Strict):
     id_buckets: int = Field(65_536, ge=16)
     id_dim: int = Field(8, ge=1)
     hidden: tuple[int, ...] = (32,)
+    # Training rows whose user-id vector is zeroed, the table starting at zero (VMSpec; the FM's rule).
+    # Why: a user the VM never trained on otherwise reads its bucket's untrained random vector, which
+    # differs from seed to seed; with the rule it reads as the "unknown user" the model learned.
+    user_id_dropout: float = Field(0.5, ge=0, le=1)
 
 
 class TrainingConfig(_Strict):

@@ -37,6 +37,17 @@ class HashedEmbedding(nn.Module):
         return self.table(self.bucket(ids))
 
 
+def drop_ids(vectors: torch.Tensor, share: float) -> torch.Tensor:
+    """Zero the id vector of a random ``share`` of the rows (training only; ``torch``'s seeded generator).
+
+    Why: with the id table starting at zero, an id the model never trained on reads as the zero
+    vector; dropping ids in training teaches the rest of the model what to predict for such a row
+    ("unknown user"), instead of leaving an untrained random vector that differs from seed to seed.
+    """
+    keep = torch.rand(vectors.shape[0], 1, device=vectors.device) >= share
+    return vectors * keep
+
+
 def mlp(sizes: Sequence[int], dropout: float = 0.0, final_activation: bool = False) -> nn.Sequential:
     layers: list[nn.Module] = []
     for index, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from solaris.models.common import NUMERIC_FEATURES, HashedEmbedding, mlp, numeric_features
+from solaris.models.common import NUMERIC_FEATURES, HashedEmbedding, drop_ids, mlp, numeric_features
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,7 @@ class FoundationModel(nn.Module):
         pooled = encoded.sum(dim=1) / counts
         user = self.user_emb(batch["user_id"])
         if self.training and self.spec.user_id_dropout > 0:
-            keep = torch.rand(user.shape[0], 1, device=user.device) >= self.spec.user_id_dropout
-            user = user * keep
+            user = drop_ids(user, self.spec.user_id_dropout)
         summary = self.user_summary(torch.cat([user, pooled], dim=-1))
         return user, encoded, padding, empty, summary
 

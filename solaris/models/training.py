@@ -242,7 +242,8 @@ def fm_spec(config: SolarisConfig) -> FMSpec:
 
 def vm_spec(config: SolarisConfig, with_fm_embedding: bool = False) -> VMSpec:
     vm = config.model.vm
-    return VMSpec(vm.id_buckets, vm.id_dim, tuple(vm.hidden), config.model.embedding_dim if with_fm_embedding else 0)
+    return VMSpec(vm.id_buckets, vm.id_dim, tuple(vm.hidden), config.model.embedding_dim if with_fm_embedding else 0,
+                  user_id_dropout=vm.user_id_dropout)
 
 
 def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device: str | torch.device = "cpu",

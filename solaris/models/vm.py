@@ -3,7 +3,9 @@
 One architecture for the four variants of docs/architecture.md §8, which differ only in inputs and loss:
 
 * *baseline*: cheap real-time features only (hashed user/item ids in small tables, item
-  popularity and like rate, user recency, activity count and recent like rate);
+  popularity and like rate, user recency, activity count and recent like rate); like the FM, it
+  learns without the user id on a share of its training rows (``VMSpec.user_id_dropout``), so a
+  user it never trained on - most requests of a dense window - reads as a trained "unknown user";
 * *distilled*: same inputs, trained on labels mixed with FM soft labels (:func:`distillation_loss`);
 * *SOLARIS*: plus the FM embedding served for the pair (any tier of :mod:`solaris.tiers`) and a one-hot of its tier
   (tier 0 = nothing served, a zero vector), so the model learns how much to trust each tier;
@@ -21,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from solaris.models.common import NUMERIC_FEATURES, HashedEmbedding, mlp, numeric_features, to_tensors
+from solaris.models.common import NUMERIC_FEATURES, HashedEmbedding, drop_ids, mlp, numeric_features, to_tensors
 from solaris.models.features import Features
 from solaris.tiers import N_TIERS
 
@@ -32,6 +34,9 @@ class VMSpec:
     id_dim: int = 8
     hidden: tuple[int, ...] = (32,)
     fm_embedding_dim: int = 0  # 0 = no FM input slot (baseline / distilled / verifier)
+    # training rows whose user-id vector is zeroed, the user table then starting at zero (as the FM's);
+    # 0 in checkpoints written before the field existed
+    user_id_dropout: float = 0.0
 
     def to_dict(self) -> dict:
         return {"arch": "vm", **asdict(self)}
@@ -44,6 +49,8 @@ class VerticalModel(nn.Module):
         super().__init__()
         self.spec = spec
         self.user_emb = HashedEmbedding(spec.id_buckets, spec.id_dim, salt=11)
+        if spec.user_id_dropout > 0:
+            nn.init.zeros_(self.user_emb.table.weight)
         self.item_emb = HashedEmbedding(spec.id_buckets, spec.id_dim, salt=12)
         width = 2 * spec.id_dim + len(NUMERIC_FEATURES)
         if spec.fm_embedding_dim:
@@ -51,8 +58,11 @@ class VerticalModel(nn.Module):
         self.net = mlp([width, *spec.hidden, 1])
 
     def forward(self, batch: dict) -> torch.Tensor:
+        user = self.user_emb(batch["user_id"])
+        if self.training and self.spec.user_id_dropout > 0:
+            user = drop_ids(user, self.spec.user_id_dropout)
         parts = [
-            self.user_emb(batch["user_id"]),
+            user,
             self.item_emb(batch["item_id"]),
             numeric_features(batch),
         ]

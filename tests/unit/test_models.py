@@ -92,6 +92,38 @@ def test_vm_with_and_without_fm_slot():
         solaris(dict(batch, fm_embedding=torch.zeros(64, 8)))
 
 
+def test_vm_user_id_dropout_makes_every_untrained_user_the_same_learned_unknown_user():
+    """With the FM's rule, users the VM never trained on share one prediction whatever the seed drew;
+    without it, each reads its own random bucket vector."""
+    features, labels = small_features()
+    batch = to_tensors(features)
+    seen = set(features.user_id.tolist())
+    unseen = torch.tensor([id_ for id_ in range(1000, 1100) if id_ not in seen][:2])
+    probe = {name: value[:1].repeat(2, *[1] * (value.dim() - 1)) for name, value in batch.items()}
+    probe["user_id"] = unseen
+
+    def trained(share: float, seed: int) -> VerticalModel:
+        torch.manual_seed(seed)
+        model = VerticalModel(VMSpec(id_buckets=4096, id_dim=4, hidden=(8,), user_id_dropout=share))
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        for _ in range(5):
+            loss = nn.functional.binary_cross_entropy_with_logits(model.train()(batch), torch.as_tensor(labels))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return model.eval()
+
+    model, without_rule = trained(0.5, seed=1), trained(0.0, seed=1)
+    with torch.inference_mode():
+        first, second = model(probe)
+        assert torch.equal(first, second)  # unseen users: the zero vector, one "unknown user"
+        assert model.user_emb.table.weight.abs().sum() > 0  # trained users moved off zero
+        assert torch.equal(model(batch), model(batch))  # no dropout when scoring
+        first, second = without_rule(probe)
+        assert not torch.equal(first, second)  # without the rule: two random untrained vectors
+    assert VMSpec(id_buckets=64, id_dim=4).user_id_dropout == 0.0  # checkpoints from before the field
+
+
 def test_kd_loss_reduces_to_bce_at_weight_zero_and_uses_teacher_otherwise():
     logit = torch.tensor([0.3, -1.2, 2.0])
     labels = torch.tensor([1.0, 0.0, 1.0])
