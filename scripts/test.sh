@@ -9,9 +9,9 @@
 # metadata DB, plus tests/dags reading that home), the evaluation tests (the quick `solaris evaluate`
 # CLI run, three processes, and the shuffled-labels run share one module fixture), the two tests
 # that only start processes of their own (the installed wheel, spark-submit), and two that need no
-# shared test world (ingest, the training jobs' CLIs). Everything else (unit,
-# integration, reliability: each test in its own temporary warehouse) runs in the foreground. The split
-# balances the two shards' times in the last timed run; a shard that ends early leaves a core idle.
+# shared test world (ingest, the training jobs' CLIs). Everything else (unit, integration, reliability:
+# each test in its own temporary warehouse) runs in the foreground. The split balances the two shards'
+# times in the last timed run; a shard that ends early leaves a core idle.
 # Nothing is skipped: the two shards are exactly tests/.
 #   SOLARIS_TEST_SHARDS=1 make test   runs the suite in one process instead (one log, one summary)
 set -uo pipefail

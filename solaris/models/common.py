@@ -37,13 +37,16 @@ class HashedEmbedding(nn.Module):
         return self.table(self.bucket(ids))
 
 
-def drop_ids(vectors: torch.Tensor, share: float) -> torch.Tensor:
-    """Zero the id vector of a random ``share`` of the rows (training only; ``torch``'s seeded generator).
+def drop_ids(vectors: torch.Tensor, share: float, *, training: bool) -> torch.Tensor:
+    """In training, zero the id vector of a random ``share`` of the rows (``torch``'s seeded generator);
+    otherwise, or with ``share`` 0, the vectors as they are (no random draw).
 
     Why: with the id table starting at zero, an id the model never trained on reads as the zero
     vector; dropping ids in training teaches the rest of the model what to predict for such a row
     ("unknown user"), instead of leaving an untrained random vector that differs from seed to seed.
     """
+    if not training or share <= 0:
+        return vectors
     keep = torch.rand(vectors.shape[0], 1, device=vectors.device) >= share
     return vectors * keep
 

@@ -110,9 +110,7 @@ class FoundationModel(nn.Module):
         )
         counts = batch["hist_mask"].sum(dim=1, keepdim=True).clamp(min=1)
         pooled = encoded.sum(dim=1) / counts
-        user = self.user_emb(batch["user_id"])
-        if self.training and self.spec.user_id_dropout > 0:
-            user = drop_ids(user, self.spec.user_id_dropout)
+        user = drop_ids(self.user_emb(batch["user_id"]), self.spec.user_id_dropout, training=self.training)
         summary = self.user_summary(torch.cat([user, pooled], dim=-1))
         return user, encoded, padding, empty, summary
 

@@ -58,11 +58,8 @@ class VerticalModel(nn.Module):
         self.net = mlp([width, *spec.hidden, 1])
 
     def forward(self, batch: dict) -> torch.Tensor:
-        user = self.user_emb(batch["user_id"])
-        if self.training and self.spec.user_id_dropout > 0:
-            user = drop_ids(user, self.spec.user_id_dropout)
         parts = [
-            user,
+            drop_ids(self.user_emb(batch["user_id"]), self.spec.user_id_dropout, training=self.training),
             self.item_emb(batch["item_id"]),
             numeric_features(batch),
         ]
