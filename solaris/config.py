@@ -207,6 +207,12 @@ class TrainingConfig(_Strict):
     batch_size: int = Field(2048, ge=1)
     max_epochs: int = Field(8, ge=1)
     patience: int = Field(1, ge=0)
+    # A training from fresh weights is not stopped early before this many optimizer steps: epochs
+    # that end sooner are not counted against ``patience``. Why: on a small window an epoch is a few
+    # optimizer steps, and after one or two of them a randomly initialised model's validation NE is
+    # still noise around the base rate, so patience alone ended such trainings before they learned.
+    # A warm start (``keep_initial``: the fine-tunes) is exempt: its epoch 0 is already a trained model.
+    min_steps: int = Field(100, ge=0)
     learning_rate: float = Field(2e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     validation_fraction: float = Field(0.1, gt=0, lt=1)

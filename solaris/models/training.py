@@ -125,6 +125,8 @@ def fit(
     validation slice before any step), kept when no epoch beats them. Why: a fine-tune of a
     warm-started model must be able to return the warm start unchanged; without it the best model
     can only be recorded after the first epoch, which may already have moved away from a better one.
+    Early stopping counts an epoch without improvement only once ``training.min_steps`` optimizer
+    steps are done, unless the training is such a warm start.
     """
     seed_everything(seed)
     torch.set_num_threads(training.threads)
@@ -139,7 +141,8 @@ def fit(
     rng = np.random.default_rng(seed)
     started = time.monotonic()
     best_state: dict[str, Any] | None = None
-    best_ne, best_epoch, stale = float("inf"), 0, 0
+    best_ne, best_epoch, stale, steps = float("inf"), 0, 0, 0
+    min_steps = 0 if keep_initial else training.min_steps
     history: list[dict[str, float]] = []
     valid_features = features.take(valid_rows)
     valid_extras = {k: v[valid_rows] for k, v in extras.items()}
@@ -160,6 +163,7 @@ def fit(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            steps += 1
             total += float(loss.detach()) * rows.size
             count += rows.size
         probs = predict(model, valid_features, valid_extras, device=device)
@@ -173,11 +177,14 @@ def fit(
         if scores["ne"] < best_ne - 1e-5:
             best_ne, best_epoch, stale = scores["ne"], epoch, 0
             best_state = copy.deepcopy(model.state_dict())
-        else:
+        elif steps >= min_steps:
             stale += 1
             if stale > training.patience:
                 log.info("%s early stop after epoch %d (best epoch %d)", name, epoch, best_epoch)
                 break
+        else:
+            log.info("%s epoch %d not counted against patience: %d of %d optimizer steps done",
+                     name, epoch, steps, min_steps)
     assert best_state is not None, f"{name}: no epoch improved on an infinite NE"
     model.load_state_dict(best_state)
     model.eval()

@@ -223,3 +223,27 @@ def test_fm_training_stops_at_the_fm_epoch_cap_below_the_shared_one():
     free = train_fm(events, load_config(overrides=[*small, "model.training.max_epochs=3", "model.fm.max_epochs=9"]),
                     seed=1)
     assert [row["epoch"] for row in free.epochs] == [1, 2, 3]
+
+
+def test_early_stopping_waits_for_min_steps_from_fresh_weights_but_not_from_a_warm_start():
+    """Epochs without improvement count against patience only after model.training.min_steps steps.
+
+    A learning rate of 1e-9 leaves validation NE unchanged, so every epoch after the first is "no
+    improvement": with patience 0 a training stops at epoch 2 unless the step floor holds it, and a
+    warm start (epoch 0 a candidate) stops at epoch 1 whatever the floor.
+    """
+    from solaris.models import training
+
+    # 400 events, 10 % validation, batch 128: 3 optimizer steps an epoch
+    base = ("model.training.threads=1", "model.training.patience=0", "model.training.learning_rate=1e-9",
+            "model.training.max_epochs=6")
+    events, no_floor = _tiny_training_set(400, seed=5, extra=(*base, "model.training.min_steps=0"))
+    _, floor = _tiny_training_set(400, seed=5, extra=(*base, "model.training.min_steps=10"))
+
+    def epochs(config, **kwargs):
+        return [row["epoch"] for row in training.train_vm(events, config, 3, **kwargs).epochs]
+
+    assert epochs(no_floor) == [1, 2]
+    assert epochs(floor) == [1, 2, 3, 4]  # 3, 6, 9 steps: not counted; 12: counted, stops
+    warm = training.train_vm(events, no_floor, 3).model
+    assert epochs(floor, init_from=warm, keep_initial=True) == [0, 1]
