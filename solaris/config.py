@@ -63,9 +63,6 @@ class SparkConfig(_Strict):
     adaptive: bool = True
     jars_dir: str = "jars"
     arrow_max_records_per_batch: int = Field(10000, ge=1)
-    # Spark's generated code (whole-stage and per-expression, compiled with Janino); false evaluates
-    # plans and expressions interpreted. Why a switch: solaris/spark.py.
-    codegen: bool = True
     # Compiled query classes kept per JVM (spark.sql.codegen.cache.maxEntries); why: solaris/spark.py.
     codegen_cache_entries: int = Field(2000, ge=100)
     # Size of one page of Spark's Tungsten memory (spark.buffer.pageSize, less a 16-byte array header);

@@ -173,12 +173,6 @@ def session_conf(config: SolarisConfig, master: str | None = None, one_stage: bo
         # classes several times over; bounded, because literals that change every tick (the as-of
         # time) make some classes new each tick (BENCHMARKS.md: compilations per tick).
         "spark.sql.codegen.cache.maxEntries": str(config.spark.codegen_cache_entries),
-        # ``spark.codegen: false`` runs plans and expressions interpreted, compiling no class. On
-        # large inputs generated code is faster; on a session of hundreds of distinct queries over a
-        # few hundred rows each (the test suite) compiling it is most of the CPU. Same results either
-        # way: both evaluate the same expressions with Java's arithmetic.
-        "spark.sql.codegen.wholeStage": str(config.spark.codegen).lower(),
-        "spark.sql.codegen.factoryMode": "FALLBACK" if config.spark.codegen else "NO_CODEGEN",
         # ORDER BY ... LIMIT n (the candidate budget) keeps an n-slot top-k buffer in one task up to
         # this n; above it Spark sorts globally instead, so a large budget cannot OOM an executor.
         "spark.sql.execution.topKSortFallbackThreshold": "500000",

@@ -11,8 +11,7 @@ The deployment's config is the packaged default plus a YAML that only sizes the 
 paths at the checkout): the speculator learns from 2 past ticks instead of 8, shuffles use 2
 partitions, the FM and the VM have the small sizes of ``tests.world.SMALL`` (FM 16-d, history 8), and the
 tasks that are not one hourly stage (ingest, training, replay) the JIT options of the tests' own
-sessions (``tests.world.TEST_SESSION_JAVA_OPTIONS``) and Spark without generated code (``spark.codegen``),
-as every other test's Spark and models do.
+sessions (``tests.world.TEST_SESSION_JAVA_OPTIONS``), as every other test's Spark and models do.
 Every task and code path of the defaults still runs.
 """
 
@@ -39,7 +38,7 @@ model:
   vm: {{id_buckets: 16384}}
 precompute:
   speculator: {{ticks: 2}}
-spark: {{shuffle_partitions: 2, session_java_options: "{TEST_SESSION_JAVA_OPTIONS}", codegen: false}}
+spark: {{shuffle_partitions: 2, session_java_options: "{TEST_SESSION_JAVA_OPTIONS}"}}
 """
 
 

@@ -107,10 +107,3 @@ def test_shuffle_partitions_follow_a_local_masters_threads_unless_the_config_set
     listing = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
     assert session_conf(config, master="local[3]")[listing] == "3"
     assert session_conf(fixed, master="yarn")[listing] == "16"
-
-
-def test_generated_code_is_on_by_default_and_can_be_switched_off():
-    on = session_conf(load_config())
-    assert on["spark.sql.codegen.wholeStage"] == "true" and on["spark.sql.codegen.factoryMode"] == "FALLBACK"
-    off = session_conf(load_config(overrides=["spark.codegen=false"]))
-    assert off["spark.sql.codegen.wholeStage"] == "false" and off["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"
