@@ -144,14 +144,21 @@ def interval_text(cell: Interval | None, digits: int = 3, signed: bool = True) -
     return f"{show(cell.estimate)} [{show(cell.low)}, {show(cell.high)}]"
 
 
-def _verdict(cell: Interval | None, above: str, below: str) -> str:
-    """What an interval of a difference says: ``above`` when it lies above 0, ``below`` under it."""
+def _verdict(cell: Interval | None, above: str, below: str, digits: int | None = None) -> str:
+    """What an interval of a difference says: ``above`` when it lies above 0, ``below`` under it.
+
+    ``digits``: the decimals the interval is printed with. An interval that excludes 0 but prints as
+    zero at both ends (e.g. ``-0.0000 [-0.0000, -0.0000]``) is said to be below that precision
+    rather than called better or worse, which a reader could not check against the printed figures.
+    """
     if cell is None or cell.estimate is None:
         return "undefined on these data."
     if cell.low is None or cell.high is None:
         return "the interval is unbounded: no conclusion."
     if cell.low <= 0 <= cell.high:
         return "the interval includes 0: no difference shown."
+    if digits is not None and max(abs(cell.low), abs(cell.high)) < 0.5 * 10.0 ** -digits:
+        return f"the interval excludes 0 but lies within ±{0.5 * 10.0 ** -digits:g}: below the precision shown."
     return (above if cell.low > 0 else below) + "."
 
 
@@ -160,7 +167,7 @@ def comparison_line(comparison: Comparison, level: str) -> str:
     a, b = LABELS[comparison.variant], LABELS[comparison.reference]
     return (f"- {a} vs {b}: \u0394NE = {interval_text(comparison.ne_difference, 4)}, "
             f"\u0394TR = {interval_text(comparison.transfer_ratio_difference)} {level} \u2014 "
-            + _verdict(comparison.ne_difference, f"{a} is worse (higher NE)", f"{a} is better (lower NE)"))
+            + _verdict(comparison.ne_difference, f"{a} is worse (higher NE)", f"{a} is better (lower NE)", digits=4))
 
 
 def verdict_lines(intervals: BootstrapIntervals) -> list[str]:

@@ -573,3 +573,21 @@ def test_the_fm_at_the_serving_tick_is_the_fm_head_on_the_oracle_vectors():
     probabilities, _, vectors = predict(fm, features, with_embeddings=True)
     assert vectors is not None
     np.testing.assert_allclose(evaluate_job.fm_head_probabilities(fm, vectors), probabilities, rtol=1e-5, atol=1e-6)
+
+
+def test_a_comparison_that_prints_as_zero_is_not_called_better_or_worse():
+    """A ΔNE interval excluding 0 whose ends round to 0 at the printed 4 decimals says so; a larger one
+    keeps its direction; one that includes 0 shows no difference."""
+    from solaris.evaluation.bootstrap import Comparison, Interval
+    from solaris.evaluation.report import comparison_line
+
+    def line(low: float, high: float) -> str:
+        ne = Interval((low + high) / 2, low, high)
+        return comparison_line(Comparison("solaris_tiers1-6", "solaris_none", ne, Interval(0.0, -0.1, 0.1)), "(95 %)")
+
+    tiny = line(-4e-5, -1e-5)
+    assert "\u22120.0000 [\u22120.0000, \u22120.0000]" in tiny and "below the precision shown" in tiny
+    assert "better" not in tiny and "worse" not in tiny
+    assert line(-3e-4, -1e-4).endswith("is better (lower NE).")
+    assert line(1e-4, 3e-4).endswith("is worse (higher NE).")
+    assert "includes 0" in line(-1e-5, 1e-5)
