@@ -144,12 +144,13 @@ def interval_text(cell: Interval | None, digits: int = 3, signed: bool = True) -
     return f"{show(cell.estimate)} [{show(cell.low)}, {show(cell.high)}]"
 
 
-def _verdict(cell: Interval | None, above: str, below: str, digits: int | None = None) -> str:
+def _verdict(cell: Interval | None, above: str, below: str, *, digits: int) -> str:
     """What an interval of a difference says: ``above`` when it lies above 0, ``below`` under it.
 
-    ``digits``: the decimals the interval is printed with. An interval that excludes 0 but prints as
-    zero at both ends (e.g. ``-0.0000 [-0.0000, -0.0000]``) is said to be below that precision
-    rather than called better or worse, which a reader could not check against the printed figures.
+    ``digits``: the decimals the line prints the interval with (:func:`interval_text`). An interval
+    that excludes 0 but prints as zero at both ends (e.g. ``-0.0000 [-0.0000, -0.0000]``) is said to
+    be below that precision rather than called better or worse, which a reader could not check
+    against the printed figures.
     """
     if cell is None or cell.estimate is None:
         return "undefined on these data."
@@ -157,8 +158,9 @@ def _verdict(cell: Interval | None, above: str, below: str, digits: int | None =
         return "the interval is unbounded: no conclusion."
     if cell.low <= 0 <= cell.high:
         return "the interval includes 0: no difference shown."
-    if digits is not None and max(abs(cell.low), abs(cell.high)) < 0.5 * 10.0 ** -digits:
-        return f"the interval excludes 0 but lies within ±{0.5 * 10.0 ** -digits:g}: below the precision shown."
+    half_unit = 0.5 * 10.0 ** -digits  # the largest magnitude that still prints as zero
+    if max(abs(cell.low), abs(cell.high)) < half_unit:
+        return f"the interval excludes 0 but lies within ±{half_unit:g}: below the precision shown."
     return (above if cell.low > 0 else below) + "."
 
 
@@ -177,13 +179,14 @@ def verdict_lines(intervals: BootstrapIntervals) -> list[str]:
     lines = [
         f"- FM vs VM baseline: \u0394NE = NE_VM \u2212 NE_FM = {interval_text(pooled.fm_vm_gap, 4)} {level} \u2014 "
         + _verdict(pooled.fm_vm_gap, "the FM is better, so there is a gain to transfer",
-                   "the VM is better: no gain to transfer, transfer ratios are meaningless")
+                   "the VM is better: no gain to transfer, transfer ratios are meaningless", digits=4)
     ]
     for name in TRANSFER_VARIANTS:
         if name in pooled.transfer_ratio:
             cell = pooled.transfer_ratio[name]
             lines.append(f"- {LABELS[name]} vs VM baseline: TR = {interval_text(cell)} {level} \u2014 "
-                         + _verdict(cell, "it transfers part of the FM's gain", "it is worse than the VM baseline"))
+                         + _verdict(cell, "it transfers part of the FM's gain", "it is worse than the VM baseline",
+                                    digits=3))
     lines += [comparison_line(comparison, level) for comparison in pooled.comparisons.values()]
     return lines
 
@@ -223,7 +226,7 @@ def ceiling_lines(intervals: BootstrapIntervals) -> list[str]:
             f"- The FM limited to the history as of the serving tick vs the VM baseline: \u0394NE = "
             f"{interval_text(at_tick.ne_difference, 4)} {level} \u2014 "
             + _verdict(at_tick.ne_difference, "a value computed at the tick knows less than the VM's real-time inputs",
-                       "a value computed at the tick still beats the VM")
+                       "a value computed at the tick still beats the VM", digits=4)
         )
     transfer = pooled.transfer_ratio
     lines += [
