@@ -86,7 +86,9 @@ def score_window(events: EventArrays, config: SolarisConfig, t0_seconds: int, va
 
 
 def gaps(windows: list[WindowScores], resamples: int, confidence: float) -> dict[str, dict[str, object]]:
-    """Per model: NE and the gap NE_VM - NE_model with its user-bootstrap interval (users of every window)."""
+    """Per model: NE and the gap NE_VM - NE_model with its user-bootstrap interval (users of every window);
+    every FM variant after the first also gets ``vs_first``: NE_first - NE_variant, paired the same way
+    (positive: the variant is better than the first one named)."""
     users = np.concatenate([np.char.add(f"{i}:", w.users.astype(str)) for i, w in enumerate(windows)])
     labels = np.concatenate([w.labels for w in windows])
     codes, n_users = bootstrap.user_codes(users)
@@ -95,12 +97,18 @@ def gaps(windows: list[WindowScores], resamples: int, confidence: float) -> dict
     vm = stacked["vm_baseline"]
     vm_ne, vm_replicates = metrics.normalized_entropy(labels, vm), bootstrap.weighted_ne(labels, vm, codes, counts)
     out: dict[str, dict[str, object]] = {}
+    first: tuple[float, np.ndarray] | None = None
     for name, p in stacked.items():
-        ne = metrics.normalized_entropy(labels, p)
-        interval = bootstrap.percentile_interval(
-            vm_ne - ne, vm_replicates - bootstrap.weighted_ne(labels, p, codes, counts), confidence
-        )
+        ne, replicates = metrics.normalized_entropy(labels, p), bootstrap.weighted_ne(labels, p, codes, counts)
+        interval = bootstrap.percentile_interval(vm_ne - ne, vm_replicates - replicates, confidence)
         out[name] = {"ne": ne, "auc": metrics.summary(labels, p)["auc"], "gap": interval.to_dict()}
+        if name == "vm_baseline":
+            continue
+        if first is None:
+            first = (ne, replicates)
+        else:
+            out[name]["vs_first"] = bootstrap.percentile_interval(first[0] - ne, first[1] - replicates,
+                                                                  confidence).to_dict()
     return out
 
 
@@ -161,6 +169,10 @@ def _print(title: str, window: WindowScores | None, report: dict[str, dict[str, 
         bounds = f"[{gap['low']:+.4f}, {gap['high']:+.4f}]" if gap["low"] is not None else "[unbounded]"
         seconds = f"  trained in {window.train_seconds[name]:.0f} s" if window is not None else ""
         print(f"{name:<16}{row['ne']:>8.4f}{row['auc']:>8.4f}   {gap['estimate']:+.4f} {bounds}{seconds}")
+        versus = row.get("vs_first")
+        if isinstance(versus, dict) and versus["low"] is not None:
+            print(f"{'':<16}vs the first FM variant: {versus['estimate']:+.4f} "
+                  f"[{versus['low']:+.4f}, {versus['high']:+.4f}] (positive: this one is better)")
 
 
 if __name__ == "__main__":

@@ -214,6 +214,10 @@ class TrainingConfig(_Strict):
     # A warm start (``keep_initial``: the fine-tunes) is exempt: its epoch 0 is already a trained model.
     min_steps: int = Field(100, ge=0)
     learning_rate: float = Field(2e-3, gt=0)
+    # ``linear``: the rate falls linearly from ``learning_rate`` to zero over the ``max_epochs``
+    # budget of optimizer steps. Why an option: a fixed rate keeps the last epoch's steps as large as
+    # the first, so a model stopped by the epoch cap ends on noisy weights; a decay ends it annealed.
+    lr_schedule: Literal["constant", "linear"] = "constant"
     weight_decay: float = Field(0.0, ge=0)
     validation_fraction: float = Field(0.1, gt=0, lt=1)
     threads: int = Field(2, ge=1)

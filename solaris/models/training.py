@@ -106,6 +106,13 @@ def predict(
     return (probs, logits, embeddings) if with_embeddings else probs
 
 
+def _rate_factor(schedule: str, budget_steps: int) -> Callable[[int], float]:
+    """The learning rate's multiplier after ``step`` optimizer steps (``TrainingConfig.lr_schedule``)."""
+    if schedule == "linear":
+        return lambda step: max(0.0, 1.0 - step / max(budget_steps, 1))
+    return lambda step: 1.0
+
+
 def fit(
     model: nn.Module,
     features: Features,
@@ -138,6 +145,8 @@ def fit(
         train_rows = train_rows[-training.max_train_examples:]  # keep the most recent
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=training.learning_rate, weight_decay=training.weight_decay)
+    budget = training.max_epochs * -(-train_rows.size // training.batch_size)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _rate_factor(training.lr_schedule, budget))
     rng = np.random.default_rng(seed)
     started = time.monotonic()
     best_state: dict[str, Any] | None = None
@@ -163,6 +172,7 @@ def fit(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            schedule.step()
             steps += 1
             total += float(loss.detach()) * rows.size
             count += rows.size

@@ -247,3 +247,26 @@ def test_early_stopping_waits_for_min_steps_from_fresh_weights_but_not_from_a_wa
     assert epochs(floor) == [1, 2, 3, 4]  # 3, 6, 9 steps: not counted; 12: counted, stops
     warm = training.train_vm(events, no_floor, 3).model
     assert epochs(floor, init_from=warm, keep_initial=True) == [0, 1]
+
+
+def test_a_linear_schedule_anneals_the_rate_to_zero_over_the_epoch_budget():
+    """model.training.lr_schedule=linear: full rate at the first step, half at mid-budget, none at the end.
+
+    And through fit: a linear training's weights differ from a constant-rate training of the same
+    seed (the schedule is applied) and repeat exactly (it is deterministic).
+    """
+    from solaris.models import training
+
+    constant, linear = training._rate_factor("constant", 10), training._rate_factor("linear", 10)
+    assert [constant(step) for step in (0, 5, 10)] == [1.0, 1.0, 1.0]
+    assert [linear(step) for step in (0, 5, 10, 12)] == [1.0, 0.5, 0.0, 0.0]
+    base = ("model.training.threads=1", "model.training.max_epochs=2", "model.training.patience=5")
+    events, flat = _tiny_training_set(400, seed=5, extra=base)
+    _, decayed = _tiny_training_set(400, seed=5, extra=(*base, "model.training.lr_schedule=linear"))
+
+    def weights(config):
+        model = training.train_vm(events, config, 3).model
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    assert torch.equal(weights(decayed), weights(decayed))
+    assert not torch.allclose(weights(decayed), weights(flat))
