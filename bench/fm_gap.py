@@ -121,6 +121,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, help="default: the config seed")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--predictions", help="write every window's users, labels and predictions here (.npz)")
     args = parser.parse_args()
     setup_logging()
     base = [f"warehouse={args.warehouse}", *args.overrides]
@@ -149,6 +150,10 @@ def main() -> None:
     pooled = gaps(windows, settings.bootstrap_resamples, settings.confidence)
     if len(windows) > 1:
         _print("pooled", None, pooled)
+    if args.predictions:
+        np.savez_compressed(args.predictions, **{f"{i}:{key}": value for i, w in enumerate(windows)
+                                                 for key, value in [("users", w.users), ("labels", w.labels),
+                                                                    *w.predictions.items()]})
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"seed": seed, "variants": variants, "pooled": pooled,

@@ -182,6 +182,12 @@ class FMConfig(_Strict):
     # Why: the FM is the one model a daily refresh and the evaluation train on hundreds of thousands of
     # events with histories; its cost per epoch is what bounds both on a small machine.
     max_epochs: int = Field(2, ge=1)
+    # The FM's own mini-batch and learning-rate schedule (the VM's stay model.training's). Why: with two
+    # epochs the FM gets few optimizer steps at the shared batch of 2048, and a constant rate ends its
+    # last epoch on noisy weights; smaller batches with a rate annealed to zero reach a lower NE in the
+    # same two epochs, while the VM gains nothing from either (docs/models.md, measured).
+    batch_size: int = Field(256, ge=1)
+    lr_schedule: Literal["constant", "linear"] = "linear"
     self_attention: bool = False  # a self-attention layer over the history before target attention (FMSpec)
 
     @model_validator(mode="after")

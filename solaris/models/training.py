@@ -278,7 +278,9 @@ def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device: str 
     seed_everything(seed)  # the initial weights too, not only the batch order: same seed, same model
     model = FoundationModel(fm_spec(config))
     training = config.model.training
-    training = training.model_copy(update={"max_epochs": min(training.max_epochs, config.model.fm.max_epochs)})
+    fm = config.model.fm
+    training = training.model_copy(update={"max_epochs": min(training.max_epochs, fm.max_epochs),
+                                           "batch_size": fm.batch_size, "lr_schedule": fm.lr_schedule})
     return fit(model, features, labels, ts, training, seed, name="FM", device=device)
 
 

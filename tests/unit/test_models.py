@@ -165,7 +165,7 @@ def _tiny_training_set(n: int, seed: int, extra: tuple[str, ...] = ()):
                           "ts": np.sort(rng.integers(0, 100_000, n)), "label": rng.integers(0, 2, n).astype(float)})
     config = load_config(overrides=["model.embedding_dim=8", "model.history_length=4", "model.fm.id_buckets=64",
                                     "model.fm.d_model=8", "model.fm.tower=[16]", "model.training.max_epochs=1",
-                                    "model.training.batch_size=128", *extra])
+                                    "model.training.batch_size=128", "model.fm.batch_size=128", *extra])
     return EventArrays.from_frame(frame), config
 
 
@@ -223,6 +223,26 @@ def test_fm_training_stops_at_the_fm_epoch_cap_below_the_shared_one():
     free = train_fm(events, load_config(overrides=[*small, "model.training.max_epochs=3", "model.fm.max_epochs=9"]),
                     seed=1)
     assert [row["epoch"] for row in free.epochs] == [1, 2, 3]
+
+
+def test_fm_training_uses_the_fm_batch_and_schedule_and_the_vm_the_shared_ones(monkeypatch):
+    """model.fm.batch_size / lr_schedule reach the FM's (and its teachers') fit; the VM keeps model.training's."""
+    from solaris.models import training
+
+    seen = {}
+    real_fit = training.fit
+
+    def spy(model, *args, **kwargs):
+        seen[kwargs["name"]] = args[3]
+        return real_fit(model, *args, **kwargs)
+
+    monkeypatch.setattr(training, "fit", spy)
+    events, config = _tiny_training_set(300, seed=2, extra=("model.training.threads=1", "model.fm.batch_size=64",
+                                                            "model.fm.lr_schedule=linear"))
+    training.train_fm(events, config, 1)
+    training.train_vm(events, config, 1)
+    assert (seen["FM"].batch_size, seen["FM"].lr_schedule) == (64, "linear")
+    assert (seen["VM[baseline]"].batch_size, seen["VM[baseline]"].lr_schedule) == (128, "constant")
 
 
 def test_early_stopping_waits_for_min_steps_from_fresh_weights_but_not_from_a_warm_start():
