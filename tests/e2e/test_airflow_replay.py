@@ -10,7 +10,7 @@ The deployment's config is the packaged default plus a YAML that only sizes the 
 (selected with ``$SOLARIS_CONFIG`` as a deployment would; ``$SOLARIS_HOME`` anchors its relative
 paths at the checkout): the speculator learns from 2 past ticks instead of 8, shuffles use 2
 partitions, the FM and the VM have the small sizes of ``tests.world.SMALL`` (FM 16-d, history 8; the FM's
-mini-batch is the VMs' 2,048, as before it had its own default of 256, which takes 8 times the steps), and the
+mini-batch pinned to 2,048, what it trained with before its own default of 256, which takes 8 times the steps), and the
 tasks that are not one hourly stage (ingest, training, replay) the JIT options of the tests' own
 sessions (``tests.world.TEST_SESSION_JAVA_OPTIONS``), as every other test's Spark and models do.
 Every task and code path of the defaults still runs.
