@@ -48,25 +48,28 @@ def _variants(metrics_path: Path) -> dict:
     return json.loads(metrics_path.read_text())["variants"]
 
 
-def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(template, tmp_path):
-    warehouse = tmp_path / "warehouse"
+def _cli(warehouse: Path) -> list[str]:
+    """The quick evaluation through the CLI on ``warehouse``, the tests' settings on top of the preset."""
+    return [sys.executable, "-m", "solaris.cli", "evaluate", "--as-of", "2026-01-03T12:00:00Z", "--quick",
+            "--set", "evaluation.tail_hours=1", "--warehouse", str(warehouse),
+            *set_args([*TEST_OVERRIDES, *SMALL, *EVALUATE])]
+
+
+@pytest.fixture(scope="module")
+def first_run(template, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One quick evaluation on the real labels (the CLI, a process of its own), shared by the tests below:
+    each copies the warehouse it leaves (events, checkpoints, replay, results) before changing anything."""
+    warehouse = tmp_path_factory.mktemp("evaluate") / "first-run"
     shutil.copytree(template, warehouse)
-    command = [
-        sys.executable,
-        "-m",
-        "solaris.cli",
-        "evaluate",
-        "--as-of",
-        "2026-01-03T12:00:00Z",
-        "--quick",
-        "--set",
-        "evaluation.tail_hours=1",
-        "--warehouse",
-        str(warehouse),
-        *set_args([*TEST_OVERRIDES, *SMALL, *EVALUATE]),
-    ]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200, env={**os.environ})
+    done = subprocess.run(_cli(warehouse), cwd=ROOT, capture_output=True, text=True, timeout=1200, env={**os.environ})
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return warehouse, done
+
+
+def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(first_run, tmp_path):
+    warehouse = tmp_path / "warehouse"
+    shutil.copytree(first_run[0], warehouse)
+    done, command = first_run[1], _cli(warehouse)
     out = warehouse / "evaluation" / "t0-20260103T120000Z"
     for name in ("metrics.json", "report.md", "transfer_ratio.png", "coverage_over_time.png", "hit_rate.png",
                  "ne_vs_coverage.png"):
@@ -170,9 +173,15 @@ def test_the_evaluation_reads_the_events_without_spark_as_spark_would(spark, tem
     assert events_until_on_driver(_config(tmp_path / "no-such-warehouse"), T0) is None
 
 
-def test_shuffled_labels_in_the_scored_window_give_chance_auc_for_every_variant(spark, template, tmp_path):
+def test_shuffled_labels_in_the_scored_window_give_chance_auc_for_every_variant(spark, first_run, tmp_path):
+    """Leakage: the scored window's labels shuffled, every variant must fall to chance.
+
+    Run on a copy of the real-labels run: the events up to T0 are unchanged, so the checkpoints (FM,
+    verifier, speculator, VMs, teacher) are reused by fingerprint, which is also the check that an edit
+    of the scored window alone is recomputed (replay and results), never served from the old result.
+    """
     warehouse = tmp_path / "warehouse"
-    shutil.copytree(template, warehouse)
+    shutil.copytree(first_run[0], warehouse)
     config = _config(warehouse, *QUICK_OVERRIDES, "evaluation.seeds=1", "evaluation.tail_hours=1")
     events_path = config.table_path("events")
     events = spark.read.format("delta").load(events_path)
@@ -187,7 +196,10 @@ def test_shuffled_labels_in_the_scored_window_give_chance_auc_for_every_variant(
     spark.createDataFrame(frame, schema=events.schema).write.format("delta").mode("overwrite").save(events_path)
 
     summary = evaluate(spark, config, T0)
-    n = summary.per_seed[0].requests["scored"]
+    seed = summary.per_seed[0]
+    assert set(seed.models["reused"]) == {"fm", "verifier", "vm_baseline", "vm_distilled"}
+    assert seed.replay["ticks_run"] == len(seed.per_tick) == 3  # replayed on the edited events
+    n = seed.requests["scored"]
     assert n > 300
     assert set(summary.variants) == set(VARIANTS)  # the oracle and the placebo included
     for name, row in summary.variants.items():
