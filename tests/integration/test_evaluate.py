@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EVALUATE = ["synthetic.n_events=30000", "synthetic.n_users=300", "synthetic.n_items=200", "synthetic.days=3",
             "precompute.model_batch_size=256"]
 T0 = datetime(2026, 1, 3, 12, tzinfo=timezone.utc)
+# On top of the quick preset, in both the CLI run and the in-process one (their checkpoints must match)
+TAIL = "evaluation.tail_hours=1"
 
 
 def _config(warehouse: Path, *extra: str):
@@ -51,7 +53,7 @@ def _variants(metrics_path: Path) -> dict:
 def _cli(warehouse: Path) -> list[str]:
     """The quick evaluation through the CLI on ``warehouse``, the tests' settings on top of the preset."""
     return [sys.executable, "-m", "solaris.cli", "evaluate", "--as-of", "2026-01-03T12:00:00Z", "--quick",
-            "--set", "evaluation.tail_hours=1", "--warehouse", str(warehouse),
+            "--set", TAIL, "--warehouse", str(warehouse),
             *set_args([*TEST_OVERRIDES, *SMALL, *EVALUATE])]
 
 
@@ -67,9 +69,10 @@ def first_run(template, tmp_path_factory) -> tuple[Path, subprocess.CompletedPro
 
 
 def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(first_run, tmp_path):
+    first, done = first_run
     warehouse = tmp_path / "warehouse"
-    shutil.copytree(first_run[0], warehouse)
-    done, command = first_run[1], _cli(warehouse)
+    shutil.copytree(first, warehouse)
+    command = _cli(warehouse)
     out = warehouse / "evaluation" / "t0-20260103T120000Z"
     for name in ("metrics.json", "report.md", "transfer_ratio.png", "coverage_over_time.png", "hit_rate.png",
                  "ne_vs_coverage.png"):
@@ -180,9 +183,10 @@ def test_shuffled_labels_in_the_scored_window_give_chance_auc_for_every_variant(
     verifier, speculator, VMs, teacher) are reused by fingerprint, which is also the check that an edit
     of the scored window alone is recomputed (replay and results), never served from the old result.
     """
+    first, _ = first_run
     warehouse = tmp_path / "warehouse"
-    shutil.copytree(first_run[0], warehouse)
-    config = _config(warehouse, *QUICK_OVERRIDES, "evaluation.seeds=1", "evaluation.tail_hours=1")
+    shutil.copytree(first, warehouse)
+    config = _config(warehouse, *QUICK_OVERRIDES, "evaluation.seeds=1", TAIL)
     events_path = config.table_path("events")
     events = spark.read.format("delta").load(events_path)
     frame = events.toPandas()
