@@ -6,7 +6,9 @@ choice: the densest non-overlapping windows by distinct users, or ``--as-of``), 
 the VM baseline train on events up to the FM cutoff ``T0 - evaluation.tail_hours`` and score the
 requests of ``(T0, T0 + evaluation.eval_hours]`` with point-in-time features (history strictly
 before each request). Prints NE per model and the gap ``NE_VM - NE_FM`` with its 95 % interval from
-resampling users (paired: one draw for every model), per window and pooled over windows.
+resampling users (paired: one draw for every model), per window and pooled over windows. With
+``--tail-finetune`` every model is also fine-tuned on the tail ``(T0 - tail, T0]`` as the evaluation
+fine-tunes its VMs (``NAME+tail``), and the gap is taken against the fine-tuned VM, as the evaluation's.
 
     .venv/bin/python bench/fm_gap.py --warehouse warehouse
     .venv/bin/python bench/fm_gap.py --warehouse warehouse --variant current=model.fm.self_attention=true \\
@@ -25,13 +27,14 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
-from solaris.config import SolarisConfig, load_config
+from solaris.config import SolarisConfig, TrainingConfig, load_config
 from solaris.evaluation import bootstrap
 from solaris.evaluation.protocol import densest_windows
 from solaris.models import metrics
 from solaris.models.features import training_features
-from solaris.models.training import EventArrays, predict, train_fm, train_vm
+from solaris.models.training import EventArrays, fit, predict, train_fm, train_vm
 from solaris.runtime import as_of_arg, setup_logging
 
 log = logging.getLogger("bench.fm_gap")
@@ -56,8 +59,16 @@ def _variants(specs: list[str]) -> dict[str, list[str]]:
     return variants
 
 
+def _tail_training(config: SolarisConfig, threads: int) -> TrainingConfig:
+    """The evaluation's fine-tune recipe (``evaluation.finetune_*``, constant rate) for any model."""
+    settings = config.evaluation
+    return config.model.training.model_copy(update={
+        "batch_size": settings.finetune_batch_size, "learning_rate": settings.finetune_learning_rate,
+        "lr_schedule": "constant", "threads": threads})
+
+
 def score_window(events: EventArrays, config: SolarisConfig, t0_seconds: int, variants: dict[str, list[str]],
-                 base_overrides: list[str], seed: int) -> WindowScores:
+                 base_overrides: list[str], seed: int, tail_finetune: bool = False) -> WindowScores:
     settings = config.evaluation
     cutoff = t0_seconds - int(settings.tail_hours * 3600)
     end = t0_seconds + int(settings.eval_hours * 3600)
@@ -71,30 +82,52 @@ def score_window(events: EventArrays, config: SolarisConfig, t0_seconds: int, va
     features = {h: training_features(train.user_id, train.item_id, train.ts, train.label, h) for h in lengths}
     index = visible.index()
     scored = {h: index.query(events.user_id[rows], events.item_id[rows], events.ts[rows], h) for h in lengths}
+    tail = events.select(np.flatnonzero((events.ts > cutoff) & (events.ts <= t0_seconds)))
+    tail_features = {}
+    if tail_finetune:  # point-in-time features of the tail's events, histories from every earlier event
+        upto = events.select(np.flatnonzero(events.ts <= t0_seconds))
+        tail_rows = np.arange(len(upto) - len(tail), len(upto))
+        tail_features = {h: training_features(upto.user_id, upto.item_id, upto.ts, upto.label, h).take(tail_rows)
+                         for h in lengths}
+
+    def refreshed(name: str, model: torch.nn.Module, recipe: SolarisConfig, threads: int) -> None:
+        started = time.monotonic()
+        h = recipe.model.history_length
+        result = fit(model, tail_features[h], tail.label, tail.ts, _tail_training(recipe, threads), seed,
+                     name=f"{name}+tail", keep_initial=True)
+        seconds[f"{name}+tail"] = time.monotonic() - started
+        predictions[f"{name}+tail"] = predict(result.model, scored[h])
+        log.info("%s+tail: best epoch %d, %.0f s", name, result.best_epoch, seconds[f"{name}+tail"])
+
     started = time.monotonic()
     vm = train_vm(train, vm_config, seed, "baseline", features=features[vm_config.model.history_length])
     seconds["vm_baseline"] = time.monotonic() - started
     predictions["vm_baseline"] = predict(vm.model, scored[vm_config.model.history_length])
+    if tail_finetune:
+        refreshed("vm_baseline", vm.model, vm_config, 1)
     for name, fm_config in configs.items():
         started = time.monotonic()
         fm = train_fm(train, fm_config, seed, features=features[fm_config.model.history_length])
         seconds[name] = time.monotonic() - started
         predictions[name] = predict(fm.model, scored[fm_config.model.history_length])
         log.info("%s: best epoch %d, %.0f s", name, fm.best_epoch, seconds[name])
+        if tail_finetune:
+            refreshed(name, fm.model, fm_config, fm_config.model.training.threads)
     return WindowScores(str(np.datetime64(t0_seconds, "s")), events.user_id[rows], events.label[rows], predictions,
                         seconds)
 
 
-def gaps(windows: list[WindowScores], resamples: int, confidence: float) -> dict[str, dict[str, object]]:
-    """Per model: NE and the gap NE_VM - NE_model with its user-bootstrap interval (users of every window);
-    every FM variant after the first also gets ``vs_first``: NE_first - NE_variant, paired the same way
-    (positive: the variant is better than the first one named)."""
+def gaps(windows: list[WindowScores], resamples: int, confidence: float,
+         reference: str = "vm_baseline") -> dict[str, dict[str, object]]:
+    """Per model: NE and the gap NE_VM - NE_model with its user-bootstrap interval (users of every window;
+    NE_VM: the ``reference`` VM); every FM variant after the first also gets ``vs_first``: NE_first -
+    NE_variant, paired the same way (positive: the variant is better than the first one named)."""
     users = np.concatenate([np.char.add(f"{i}:", w.users.astype(str)) for i, w in enumerate(windows)])
     labels = np.concatenate([w.labels for w in windows])
     codes, n_users = bootstrap.user_codes(users)
     counts = bootstrap.resample_counts(n_users, resamples, np.random.default_rng(0))
     stacked = {name: np.concatenate([w.predictions[name] for w in windows]) for name in windows[0].predictions}
-    vm = stacked["vm_baseline"]
+    vm = stacked[reference]
     vm_ne, vm_replicates = metrics.normalized_entropy(labels, vm), bootstrap.weighted_ne(labels, vm, codes, counts)
     out: dict[str, dict[str, object]] = {}
     first: tuple[float, np.ndarray] | None = None
@@ -102,7 +135,7 @@ def gaps(windows: list[WindowScores], resamples: int, confidence: float) -> dict
         ne, replicates = metrics.normalized_entropy(labels, p), bootstrap.weighted_ne(labels, p, codes, counts)
         interval = bootstrap.percentile_interval(vm_ne - ne, vm_replicates - replicates, confidence)
         out[name] = {"ne": ne, "auc": metrics.summary(labels, p)["auc"], "gap": interval.to_dict()}
-        if name == "vm_baseline":
+        if name.startswith("vm_baseline"):
             continue
         if first is None:
             first = (ne, replicates)
@@ -119,6 +152,9 @@ def main() -> None:
     parser.add_argument("--windows", type=int, help="how many densest windows (default: evaluation.windows)")
     parser.add_argument("--variant", action="append", default=[], help="NAME=override;override (repeatable)")
     parser.add_argument("--seed", type=int, help="default: the config seed")
+    parser.add_argument("--tail-finetune", action="store_true",
+                        help="also fine-tune the VM and every FM on the tail (the evaluation's fine-tune recipe, "
+                             "warm start kept when no epoch beats it) and score them as NAME+tail")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--predictions", help="write every window's users, labels and predictions here (.npz)")
@@ -141,13 +177,14 @@ def main() -> None:
                                  settings.min_users, settings.min_training_events)
         t0s = [int(w.t0.timestamp()) for w in picked]
     variants = _variants(args.variant)
+    reference = "vm_baseline+tail" if args.tail_finetune else "vm_baseline"
     windows, reports = [], []
     for t0 in t0s:
-        window = score_window(events, config, t0, variants, base, seed)
+        window = score_window(events, config, t0, variants, base, seed, args.tail_finetune)
         windows.append(window)
-        reports.append(gaps([window], settings.bootstrap_resamples, settings.confidence))
+        reports.append(gaps([window], settings.bootstrap_resamples, settings.confidence, reference))
         _print(window.t0, window, reports[-1])
-    pooled = gaps(windows, settings.bootstrap_resamples, settings.confidence)
+    pooled = gaps(windows, settings.bootstrap_resamples, settings.confidence, reference)
     if len(windows) > 1:
         _print("pooled", None, pooled)
     if args.predictions:
