@@ -254,7 +254,7 @@ def fm_seconds_per_pair(spark, config, as_of, threads: int) -> tuple[float, int]
 
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
     from solaris.models.common import to_tensors
-    from solaris.models.features import HistoryIndex
+    from solaris.models.training import EventArrays
     from solaris.pipeline import run_ids
     from solaris.storage.tables import events_until
 
@@ -262,8 +262,7 @@ def fm_seconds_per_pair(spark, config, as_of, threads: int) -> tuple[float, int]
     events = events_until(spark, config, as_of)
     pairs = (spark.read.format("delta").load(config.table_path("candidates"))
              .where(f"run_id = '{run_ids(as_of)['precompute']}'").select("user_id", "item_id").toPandas())
-    index = HistoryIndex(events.user_id.to_numpy(), events.item_id.to_numpy(), events.ts.to_numpy(),
-                         events.label.to_numpy())
+    index = EventArrays.from_frame(events).index()
     features = index.query(pairs.user_id.to_numpy(), pairs.item_id.to_numpy(),
                            np.full(len(pairs), int(as_of.timestamp()) + 1), config.model.history_length)
     fm, _ = load_checkpoint(resolve_checkpoint(config.resolve_under_warehouse(config.precompute.fm_checkpoint)), "fm",

@@ -33,7 +33,6 @@ from solaris.config import SolarisConfig, TrainingConfig, load_config
 from solaris.evaluation import bootstrap
 from solaris.evaluation.protocol import densest_windows
 from solaris.models import metrics
-from solaris.models.features import training_features
 from solaris.models.training import EventArrays, fit, predict, train_fm, train_vm
 from solaris.runtime import as_of_arg, setup_logging
 
@@ -79,7 +78,7 @@ def score_window(events: EventArrays, config: SolarisConfig, t0_seconds: int, va
     configs = {name: load_config(overrides=[*base_overrides, *extra]) for name, extra in variants.items()}
     vm_config = load_config(overrides=[*base_overrides, "model.training.threads=1"])
     lengths = {c.model.history_length for c in configs.values()} | {vm_config.model.history_length}
-    features = {h: training_features(train.user_id, train.item_id, train.ts, train.label, h) for h in lengths}
+    features = {h: train.features(h) for h in lengths}
     index = visible.index()
     scored = {h: index.query(events.user_id[rows], events.item_id[rows], events.ts[rows], h) for h in lengths}
     tail = events.select(np.flatnonzero((events.ts > cutoff) & (events.ts <= t0_seconds)))
@@ -87,8 +86,7 @@ def score_window(events: EventArrays, config: SolarisConfig, t0_seconds: int, va
     if tail_finetune:  # point-in-time features of the tail's events, histories from every earlier event
         upto = events.select(np.flatnonzero(events.ts <= t0_seconds))
         tail_rows = np.arange(len(upto) - len(tail), len(upto))
-        tail_features = {h: training_features(upto.user_id, upto.item_id, upto.ts, upto.label, h).take(tail_rows)
-                         for h in lengths}
+        tail_features = {h: upto.features(h).take(tail_rows) for h in lengths}
 
     def refreshed(name: str, model: torch.nn.Module, recipe: SolarisConfig, threads: int) -> None:
         started = time.monotonic()
@@ -166,7 +164,7 @@ def main() -> None:
 
     from deltalake import DeltaTable
 
-    frame = DeltaTable(config.table_path("events")).to_pandas(columns=["user_id", "item_id", "ts", "label"])
+    frame = DeltaTable(config.table_path("events")).to_pandas(columns=["user_id", "item_id", "ts", "label", "rating"])
     events = EventArrays.from_frame(frame)
     settings = config.evaluation
     if args.as_of:

@@ -20,7 +20,6 @@ import numpy as np
 
 from solaris.config import load_config
 from solaris.models import metrics
-from solaris.models.features import training_features
 from solaris.models.training import EventArrays, distillation_teacher_logits, predict, train_fm, train_vm
 from solaris.runtime import as_of_arg, setup_logging
 
@@ -74,7 +73,7 @@ def main() -> None:
 
     from deltalake import DeltaTable
 
-    frame = DeltaTable(config.table_path("events")).to_pandas(columns=["user_id", "item_id", "ts", "label"])
+    frame = DeltaTable(config.table_path("events")).to_pandas(columns=["user_id", "item_id", "ts", "label", "rating"])
     events = EventArrays.from_frame(frame)
     t0 = int(args.as_of.timestamp())
     t1 = int((args.as_of + timedelta(days=args.eval_days)).timestamp())
@@ -95,7 +94,7 @@ def main() -> None:
 
     runs = []
     first = config.seed if args.first_seed is None else args.first_seed
-    train_features = training_features(train.user_id, train.item_id, train.ts, train.label, config.model.history_length)
+    train_features = train.features(config.model.history_length)
     for seed in range(first, first + args.seeds):
         started = time.monotonic()
         fm = train_fm(train, fm_config, seed, features=train_features)

@@ -39,6 +39,7 @@ def make_inputs(n: int, history_length: int, seed: int):
     return {
         "user_id": rng.integers(1, 100_000, n), "item_id": rng.integers(1, 20_000, n), "offsets": offsets,
         "hist_items": rng.integers(1, 20_000, total), "hist_labels": rng.integers(0, 2, total).astype(np.float32),
+        "hist_feedback": rng.integers(0, 7, total),
         "hist_ts": 1_700_000_000 - rng.integers(0, 30 * 86400, total), "item_count": rng.integers(0, 5000, n),
         "item_likes": rng.integers(0, 2000, n).astype(np.float64), "user_count": rng.integers(0, 500, n),
     }
@@ -85,7 +86,8 @@ def main() -> None:
     def torch_pass(n: int) -> None:
         features = features_from_histories(
             inputs["user_id"][:n], inputs["item_id"][:n], hist_offsets=inputs["offsets"][: n + 1],
-            hist_items=inputs["hist_items"], hist_labels=inputs["hist_labels"], hist_ts=inputs["hist_ts"],
+            hist_items=inputs["hist_items"], hist_labels=inputs["hist_labels"],
+            hist_feedback=inputs["hist_feedback"], hist_ts=inputs["hist_ts"],
             item_count=inputs["item_count"][:n], item_likes=inputs["item_likes"][:n],
             user_count=inputs["user_count"][:n], request_ts=request_ts, history_length=config.model.history_length)
         out = np.empty((n, dim), dtype=np.float32)
@@ -120,6 +122,9 @@ def main() -> None:
             ),
             "hist_labels": pa.ListArray.from_arrays(
                 pa.array(offsets, pa.int32()), pa.array(inputs["hist_labels"], pa.float32())
+            ),
+            "hist_feedback": pa.ListArray.from_arrays(
+                pa.array(offsets, pa.int32()), pa.array(inputs["hist_feedback"], pa.int32())
             ),
             "hist_ts": pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(inputs["hist_ts"], pa.int64())),
             "item_count": pa.array(inputs["item_count"], pa.int64()),

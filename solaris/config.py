@@ -189,6 +189,10 @@ class FMConfig(_Strict):
     batch_size: int = Field(256, ge=1)
     lr_schedule: Literal["constant", "linear"] = "linear"
     self_attention: bool = False  # a self-attention layer over the history before target attention (FMSpec)
+    # What the FM's history tokens carry about each past event: "rating" its rating level (1-5 stars
+    # when the events have ratings, else liked or not), "label" only liked or not. Why: a rating says
+    # more than the liked bit derived from it; the VM keeps the liked-rate counters (docs/models.md).
+    history_feedback: Literal["rating", "label"] = "rating"
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "FMConfig":

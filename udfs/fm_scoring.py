@@ -42,7 +42,8 @@ OUTPUT_SCHEMA = (
     "user_id bigint, item_id bigint, embedding binary, fm_score float, verifier_score float, "
     "fm_version string, verifier_version string, quarantine_reason string"
 )
-INPUT_COLUMNS = ("user_id", "item_id", "hist_items", "hist_labels", "hist_ts", "item_count", "item_likes", "user_count")
+INPUT_COLUMNS = ("user_id", "item_id", "hist_items", "hist_labels", "hist_feedback", "hist_ts", "item_count",
+                 "item_likes", "user_count")
 
 # (path, device) -> (model, version); lives as long as the Python worker. Bounded (least recently
 # used out first) because a long-lived worker sees a new checkpoint every retraining, and guarded by
@@ -130,10 +131,11 @@ def score_batch(batch: pa.RecordBatch, spec: ScoringSpec, device: str) -> pa.Rec
     columns = {name: batch.column(name) for name in INPUT_COLUMNS}
     offsets, items = list_parts(columns["hist_items"])
     _, labels = list_parts(columns["hist_labels"])
+    _, feedback = list_parts(columns["hist_feedback"])
     _, times = list_parts(columns["hist_ts"])
     features = features_from_histories(
         columns["user_id"].to_numpy(), columns["item_id"].to_numpy(), hist_offsets=offsets, hist_items=items,
-        hist_labels=labels, hist_ts=times, item_count=columns["item_count"].to_numpy(),
+        hist_labels=labels, hist_feedback=feedback, hist_ts=times, item_count=columns["item_count"].to_numpy(),
         item_likes=columns["item_likes"].to_numpy(), user_count=columns["user_count"].to_numpy(),
         request_ts=spec.request_ts, history_length=spec.history_length,
     )

@@ -70,11 +70,13 @@ def make_user_representer(fm_checkpoint: str, embedding_dim: int, history_length
                 continue
             offsets, items = list_parts(batch.column("hist_items"))
             _, labels = list_parts(batch.column("hist_labels"))
+            _, feedback = list_parts(batch.column("hist_feedback"))
             _, times = list_parts(batch.column("hist_ts"))
             zeros = np.zeros(n, dtype=np.int64)
             features = features_from_histories(
                 batch.column("user_id").to_numpy(), zeros, hist_offsets=offsets, hist_items=items,
-                hist_labels=labels, hist_ts=times, item_count=zeros, item_likes=zeros.astype(np.float64),
+                hist_labels=labels, hist_feedback=feedback, hist_ts=times, item_count=zeros,
+                item_likes=zeros.astype(np.float64),
                 user_count=batch.column("user_count").to_numpy(), request_ts=request_ts,
                 history_length=history_length)
             vectors = np.empty((n, embedding_dim), dtype=np.float32)

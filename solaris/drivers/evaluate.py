@@ -174,11 +174,12 @@ class WindowRows:
                     "or longer windows"
                 )
         upto = np.flatnonzero(events.ts <= end)
-        return cls(
-            window, pre, tail, scored,
-            events_digest(*(getattr(events, k)[pre] for k in ("user_id", "item_id", "ts", "label"))),
-            events_digest(*(getattr(events, k)[upto] for k in ("user_id", "item_id", "ts", "label"))),
-        )
+
+        def digest(rows: np.ndarray) -> str:
+            part = events.select(rows)
+            return events_digest(part.user_id, part.item_id, part.ts, part.label, part.feedback)
+
+        return cls(window, pre, tail, scored, digest(pre), digest(upto))
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ class EvaluationData:
     @classmethod
     def of(cls, events: EventArrays, history_length: int) -> EvaluationData:
         index = events.index()
-        features = index.query(events.user_id, events.item_id, events.ts, history_length)  # = training_features
+        features = index.query(events.user_id, events.item_id, events.ts, history_length)  # = events.features
         return cls(events, features, index, {})
 
 

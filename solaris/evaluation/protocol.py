@@ -543,10 +543,15 @@ def step_fingerprint(config: SolarisConfig, step: str, **inputs: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
 
 
-def events_digest(user_id: np.ndarray, item_id: np.ndarray, ts: np.ndarray, label: np.ndarray) -> str:
-    """Content hash of an event window (ids, times, labels): a re-ingest or an edit changes it."""
+def events_digest(user_id: np.ndarray, item_id: np.ndarray, ts: np.ndarray, label: np.ndarray,
+                  feedback: np.ndarray | None = None) -> str:
+    """Content hash of an event window (ids, times, labels, feedback levels when given): a re-ingest
+    or an edit changes it."""
     digest = hashlib.sha256()
-    for array, dtype in ((user_id, np.int64), (item_id, np.int64), (ts, np.int64), (label, np.float32)):
+    arrays = [(user_id, np.int64), (item_id, np.int64), (ts, np.int64), (label, np.float32)]
+    if feedback is not None:
+        arrays.append((feedback, np.int64))
+    for array, dtype in arrays:
         digest.update(np.ascontiguousarray(array, dtype=dtype).tobytes())
     digest.update(str(np.asarray(ts).size).encode())
     return digest.hexdigest()[:20]

@@ -84,6 +84,7 @@ FEATURE_DTYPES = {
     "item_id": torch.int64,
     "hist_items": torch.int64,
     "hist_labels": torch.float32,
+    "hist_feedback": torch.int64,
     "hist_age": torch.float32,
     "hist_mask": torch.bool,
     "item_pop": torch.float32,

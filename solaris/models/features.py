@@ -28,6 +28,7 @@ class Features:
     item_id: np.ndarray  # int64
     hist_items: np.ndarray  # int64, 0 where padded
     hist_labels: np.ndarray  # float32 0/1 (past feedback, known at request time)
+    hist_feedback: np.ndarray  # int64 level of that feedback (:func:`feedback_levels`), 0 where padded
     hist_age: np.ndarray  # float32 log1p(hours between history event and request)
     hist_mask: np.ndarray  # bool, True where a real history event sits
     item_pop: np.ndarray  # float32 log1p(# events of the item before the request)
@@ -44,16 +45,40 @@ class Features:
         return Features(**{name: getattr(self, name)[index] for name in self.__dataclass_fields__})
 
 
+FEEDBACK_LEVELS = 7  # 0 / 1: not liked / liked without a rating; 2..6: a rating of 1..5 stars
+
+
+def feedback_levels(label: ArrayLike, rating: ArrayLike | None = None) -> np.ndarray:
+    """What a history event says about the user's reaction to its item, as a level < FEEDBACK_LEVELS.
+
+    An event with a rating: 1 + the rating rounded half to even and clipped to 1..5 stars (2..6);
+    without one (a source with labels only, or a null rating): 1 if liked else 0. Why: the liked bit
+    is derived from the rating and drops most of it (a 3 and a 1 are both "not liked", a 4 and a 5
+    both "liked"); the FM's history tokens carry the level, the VM's counters keep the liked bit.
+    The Spark side computes the same rule (:func:`solaris.precompute.spark_features.feedback_level`).
+    """
+    liked = (np.asarray(label, dtype=np.float64) > 0.5).astype(np.int64)
+    if rating is None:
+        return liked
+    stars = np.asarray(rating, dtype=np.float64)
+    rated = np.isfinite(stars)
+    level = np.clip(np.rint(np.where(rated, stars, 1.0)), 1, 5).astype(np.int64) + 1
+    return np.where(rated, level, liked)
+
+
 class HistoryIndex:
     """Sorted past events, queried with composite (entity, time) keys and binary search."""
 
-    def __init__(self, user_id: ArrayLike, item_id: ArrayLike, ts_seconds: ArrayLike, label: ArrayLike) -> None:
+    def __init__(self, user_id: ArrayLike, item_id: ArrayLike, ts_seconds: ArrayLike, label: ArrayLike,
+                 feedback: ArrayLike | None = None) -> None:
+        """``feedback``: each event's :func:`feedback_levels` (default: from the label alone)."""
         user_id = np.asarray(user_id, dtype=np.int64)
         item_id = np.asarray(item_id, dtype=np.int64)
         ts = np.asarray(ts_seconds, dtype=np.int64)
         label = np.asarray(label, dtype=np.float32)
-        if not (user_id.size == item_id.size == ts.size == label.size):
-            raise ValueError("user_id, item_id, ts and label must have the same length")
+        feedback = feedback_levels(label) if feedback is None else np.asarray(feedback, dtype=np.int64)
+        if not (user_id.size == item_id.size == ts.size == label.size == feedback.size):
+            raise ValueError("user_id, item_id, ts, label and feedback must have the same length")
         self.ts_min = int(ts.min()) if ts.size else 0
         self.ts_span = (int(ts.max()) - self.ts_min + 2) if ts.size else 2
         self.users = np.unique(user_id)
@@ -63,6 +88,7 @@ class HistoryIndex:
         self.user_keys = user_key[order]
         self.hist_item = item_id[order]
         self.hist_label = label[order]
+        self.hist_feedback = feedback[order]
         self.hist_ts = ts[order]
         item_key = self._key(self._dense(self.items, item_id), ts)
         item_order = np.argsort(item_key, kind="stable")
@@ -106,6 +132,8 @@ class HistoryIndex:
             if has_events
             else np.zeros((n, history_length), np.float32)
         )
+        hist_feedback = (np.where(mask, self.hist_feedback[safe], 0) if has_events
+                         else np.zeros((n, history_length), np.int64))
         hist_ts = self.hist_ts[safe] if has_events else np.zeros((n, history_length), np.int64)
         hours = np.maximum(ts[:, None] - hist_ts, 0) / SECONDS_PER_HOUR
         hist_age = np.where(mask, np.log1p(hours), 0.0).astype(np.float32)
@@ -128,6 +156,7 @@ class HistoryIndex:
             item_id=item_id,
             hist_items=hist_items.astype(np.int64),
             hist_labels=hist_labels,
+            hist_feedback=hist_feedback.astype(np.int64),
             hist_age=hist_age,
             hist_mask=mask,
             item_pop=np.log1p(item_count).astype(np.float32),
@@ -156,10 +185,11 @@ def counter_features(
 
 
 def training_features(
-    user_id: ArrayLike, item_id: ArrayLike, ts_seconds: ArrayLike, label: ArrayLike, history_length: int
+    user_id: ArrayLike, item_id: ArrayLike, ts_seconds: ArrayLike, label: ArrayLike, history_length: int,
+    feedback: ArrayLike | None = None,
 ) -> Features:
     """Each event queried at its own time against all events: history strictly before it."""
-    index = HistoryIndex(user_id, item_id, ts_seconds, label)
+    index = HistoryIndex(user_id, item_id, ts_seconds, label, feedback)
     return index.query(user_id, item_id, ts_seconds, history_length)
 
 
@@ -201,6 +231,7 @@ def features_from_histories(
     hist_offsets: np.ndarray,
     hist_items: ArrayLike,
     hist_labels: ArrayLike,
+    hist_feedback: ArrayLike,
     hist_ts: ArrayLike,
     item_count: ArrayLike,
     item_likes: ArrayLike,
@@ -217,6 +248,7 @@ def features_from_histories(
     """
     items, mask = pad_histories(hist_offsets, np.asarray(hist_items, dtype=np.int64), history_length)
     labels, _ = pad_histories(hist_offsets, np.asarray(hist_labels, dtype=np.float32), history_length)
+    feedback, _ = pad_histories(hist_offsets, np.asarray(hist_feedback, dtype=np.int64), history_length)
     times, _ = pad_histories(hist_offsets, np.asarray(hist_ts, dtype=np.int64), history_length)
     hours = np.maximum(request_ts - times, 0) / SECONDS_PER_HOUR
     has_history = mask[:, -1] if history_length else np.zeros(len(user_id), dtype=bool)
@@ -228,6 +260,7 @@ def features_from_histories(
         item_id=np.asarray(item_id, dtype=np.int64),
         hist_items=np.where(mask, items, 0).astype(np.int64),
         hist_labels=np.where(mask, labels, 0).astype(np.float32),
+        hist_feedback=np.where(mask, feedback, 0).astype(np.int64),
         hist_age=np.where(mask, np.log1p(hours), 0).astype(np.float32),
         hist_mask=mask,
         item_pop=np.log1p(np.asarray(item_count, dtype=np.float64)).astype(np.float32),

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from solaris.models.common import NUMERIC_FEATURES, HashedEmbedding, drop_ids, mlp, numeric_features
+from solaris.models.features import FEEDBACK_LEVELS
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class FMSpec:
     # go straight to target attention (DIN-style), which costs a fraction of the compute per event
     # and so affords longer histories.
     self_attention: bool = True
+    # What a history token says about the user's reaction to its item. "rating": the event's
+    # feedback level (a 1-5 rating when the source has one, else liked or not; features.feedback_levels);
+    # "label": only whether it was liked (checkpoints written before the choice existed).
+    history_feedback: str = "label"
 
     def to_dict(self) -> dict:
         return {"arch": "fm", **asdict(self)}
@@ -64,7 +69,9 @@ class FoundationModel(nn.Module):
         if spec.user_id_dropout > 0:
             nn.init.zeros_(self.user_emb.table.weight)
         self.item_emb = HashedEmbedding(spec.id_buckets, d, salt=2)
-        self.liked_emb = nn.Embedding(2, d)
+        if spec.history_feedback not in ("rating", "label"):
+            raise ValueError(f"history_feedback must be 'rating' or 'label', not {spec.history_feedback!r}")
+        self.liked_emb = nn.Embedding(FEEDBACK_LEVELS if spec.history_feedback == "rating" else 2, d)
         self.age_proj = nn.Linear(1, d)
         self.position = nn.Parameter(torch.zeros(spec.history_length, d))
         self.encoder = (
@@ -83,11 +90,11 @@ class FoundationModel(nn.Module):
         self.head = nn.Linear(spec.embedding_dim, 1)
 
     def _encode_history(
-        self, hist_items: torch.Tensor, hist_labels: torch.Tensor, hist_age: torch.Tensor, hist_mask: torch.Tensor
+        self, hist_items: torch.Tensor, hist_feedback: torch.Tensor, hist_age: torch.Tensor, hist_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         tokens = (
             self.item_emb(hist_items)
-            + self.liked_emb(hist_labels.long())
+            + self.liked_emb(hist_feedback)
             + self.age_proj(hist_age.unsqueeze(-1))
             + self.position[-hist_items.shape[1]:]
         )
@@ -106,7 +113,9 @@ class FoundationModel(nn.Module):
         self, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         encoded, padding, empty = self._encode_history(
-            batch["hist_items"], batch["hist_labels"], batch["hist_age"], batch["hist_mask"]
+            batch["hist_items"],
+            batch["hist_feedback"] if self.spec.history_feedback == "rating" else batch["hist_labels"].long(),
+            batch["hist_age"], batch["hist_mask"],
         )
         counts = batch["hist_mask"].sum(dim=1, keepdim=True).clamp(min=1)
         pooled = encoded.sum(dim=1) / counts

@@ -23,7 +23,7 @@ from solaris.config import SolarisConfig, TrainingConfig
 from solaris.models import metrics
 from solaris.models.adapter import AdaptedVM, AdapterFit, AdapterSpec, fit_adapter
 from solaris.models.common import seed_everything, to_tensors
-from solaris.models.features import Features, HistoryIndex, time_split, training_features
+from solaris.models.features import Features, HistoryIndex, feedback_levels, time_split, training_features
 from solaris.models.fm import FMSpec, FoundationModel
 from solaris.models.vm import VerticalModel, VMSpec, distillation_loss
 
@@ -208,12 +208,17 @@ def fit(
 
 @dataclass(frozen=True)
 class EventArrays:
-    """Events as plain arrays sorted by time (what the training jobs read from Delta)."""
+    """Events as plain arrays sorted by time (what the training jobs read from Delta).
+
+    ``feedback``: each event's :func:`~solaris.models.features.feedback_levels` (its rating level when
+    the frame had a ``rating`` column); None: from the label alone.
+    """
 
     user_id: np.ndarray
     item_id: np.ndarray
     ts: np.ndarray  # epoch seconds, int64
     label: np.ndarray  # float32
+    feedback: np.ndarray | None = None  # int64
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> "EventArrays":
@@ -221,21 +226,29 @@ class EventArrays:
         ts = frame["ts"]
         if pd.api.types.is_datetime64_any_dtype(ts):
             ts = (pd.to_datetime(ts, utc=True) - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(seconds=1)
+        label = frame["label"].to_numpy(np.float32)
+        rating = frame["rating"].to_numpy(np.float64, na_value=np.nan) if "rating" in frame else None
         return cls(
             frame["user_id"].to_numpy(np.int64),
             frame["item_id"].to_numpy(np.int64),
             np.asarray(ts, dtype=np.int64),
-            frame["label"].to_numpy(np.float32),
+            label,
+            None if rating is None else feedback_levels(label, rating),
         )
 
     def __len__(self) -> int:
         return int(self.user_id.size)
 
     def select(self, rows: np.ndarray) -> "EventArrays":
-        return EventArrays(self.user_id[rows], self.item_id[rows], self.ts[rows], self.label[rows])
+        return EventArrays(self.user_id[rows], self.item_id[rows], self.ts[rows], self.label[rows],
+                           None if self.feedback is None else self.feedback[rows])
 
     def index(self) -> HistoryIndex:
-        return HistoryIndex(self.user_id, self.item_id, self.ts, self.label)
+        return HistoryIndex(self.user_id, self.item_id, self.ts, self.label, self.feedback)
+
+    def features(self, history_length: int) -> Features:
+        """Each event's features at its own time (:func:`training_features`), feedback levels included."""
+        return training_features(self.user_id, self.item_id, self.ts, self.label, history_length, self.feedback)
 
 
 def training_metadata(
@@ -254,7 +267,8 @@ def fm_spec(config: SolarisConfig) -> FMSpec:
     fm = config.model.fm
     return FMSpec(embedding_dim=config.model.embedding_dim, history_length=config.model.history_length,
                   id_buckets=fm.id_buckets, d_model=fm.d_model, heads=fm.heads, tower=tuple(fm.tower),
-                  dropout=fm.dropout, user_id_dropout=fm.user_id_dropout, self_attention=fm.self_attention)
+                  dropout=fm.dropout, user_id_dropout=fm.user_id_dropout, self_attention=fm.self_attention,
+                  history_feedback=fm.history_feedback)
 
 
 def vm_spec(config: SolarisConfig, with_fm_embedding: bool = False) -> VMSpec:
@@ -269,9 +283,7 @@ def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device: str 
     """Train the FM on ``events`` (or on the subset ``rows`` of them, keeping full point-in-time
     histories: ``features`` are computed over all ``events``)."""
     if features is None:
-        features = training_features(
-            events.user_id, events.item_id, events.ts, events.label, config.model.history_length
-        )
+        features = events.features(config.model.history_length)
     labels, ts = events.label, events.ts
     if rows is not None:
         features, labels, ts = features.take(rows), labels[rows], ts[rows]
@@ -368,9 +380,7 @@ def train_vm(
     if uses_fm and (fm_embedding is None or fm_tier is None):
         raise ValueError(f"variant {variant!r} needs served FM embeddings and their tiers")
     if features is None:
-        features = training_features(
-            events.user_id, events.item_id, events.ts, events.label, config.model.history_length
-        )
+        features = events.features(config.model.history_length)
     extras: dict[str, np.ndarray] = {}
     if distilled:
         extras["teacher_logit"] = np.asarray(teacher_logits, dtype=np.float32)

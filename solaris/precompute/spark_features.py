@@ -28,7 +28,7 @@ def _vectors_key(fm_dir: str) -> tuple[str, str]:
     return ("user_vectors", fm_dir)
 
 
-EVENT_COLUMNS = ("user_id", "item_id", "ts", "label")
+EVENT_COLUMNS = ("user_id", "item_id", "ts", "label", "rating")
 # The tick's as-of as a column of every visible event (see visible_events).
 TICK_AS_OF = "tick_as_of"
 
@@ -137,10 +137,21 @@ def user_vectors(spark: SparkSession, config: SolarisConfig, as_of: datetime, fm
     return represent(histories).persist(StorageLevel.MEMORY_AND_DISK), True
 
 
+def feedback_level() -> Column:
+    """:func:`solaris.models.features.feedback_levels` of each event row, as a Spark column: 1 + the
+    rating rounded half to even (``bround``, numpy's ``rint``) and clipped to 1..5 stars; without a
+    rating 1 if liked else 0. One rule, two engines: a unit test compares them."""
+    from pyspark.sql import functions as F
+
+    rated = F.col("rating").isNotNull() & ~F.isnan("rating")
+    stars = F.least(F.greatest(F.bround("rating", 0), F.lit(1.0)), F.lit(5.0)).cast("int") + 1
+    return F.when(rated, stars).otherwise((F.col("label") > 0.5).cast("int"))
+
+
 def user_histories(events: DataFrame, users: DataFrame | None, history_length: int) -> DataFrame:
     """Per user: the last N events as lists oldest-first (``hist_items``, ``hist_labels``,
-    ``hist_ts``) and ``user_count`` (all their events), for the users in ``users`` (None: every
-    user in ``events``)."""
+    ``hist_feedback``, ``hist_ts``) and ``user_count`` (all their events), for the users in ``users``
+    (None: every user in ``events``)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -157,6 +168,7 @@ def user_histories(events: DataFrame, users: DataFrame | None, history_length: i
                         F.unix_seconds("ts").alias("ts"),
                         F.col("item_id").alias("item"),
                         F.col("label").cast("float").alias("label"),
+                        feedback_level().alias("feedback"),
                     )
                 )
             ).alias("history")
@@ -165,6 +177,7 @@ def user_histories(events: DataFrame, users: DataFrame | None, history_length: i
             "user_id",
             F.col("history.item").alias("hist_items"),
             F.col("history.label").alias("hist_labels"),
+            F.col("history.feedback").alias("hist_feedback"),
             F.col("history.ts").alias("hist_ts"),
         )
     )
@@ -198,6 +211,7 @@ def candidate_features(spark: SparkSession, config: SolarisConfig, candidates: D
             "item_id",
             F.coalesce("hist_items", empty_long).alias("hist_items"),
             F.coalesce("hist_labels", F.array().cast("array<float>")).alias("hist_labels"),
+            F.coalesce("hist_feedback", F.array().cast("array<int>")).alias("hist_feedback"),
             F.coalesce("hist_ts", empty_long).alias("hist_ts"),
             F.coalesce("item_count", F.lit(0)).cast("bigint").alias("item_count"),
             F.coalesce("item_likes", F.lit(0.0)).cast("double").alias("item_likes"),

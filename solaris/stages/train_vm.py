@@ -19,7 +19,6 @@ import logging
 from typing import TYPE_CHECKING, cast
 
 from solaris.models.checkpoint import load_checkpoint, save_checkpoint
-from solaris.models.features import training_features
 from solaris.models.training import EventArrays, distillation_teacher_logits, train_vm, training_metadata
 from solaris.storage.audit import RunRecord
 from solaris.storage.tables import training_events
@@ -49,7 +48,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     checkpoint under ``output``; its folder and validation."""
     record = RunRecord(run_id=run_id, job=f"train_vm_{variant}", as_of=as_of)
     events = EventArrays.from_frame(training_events(spark, config, as_of))
-    features = training_features(events.user_id, events.item_id, events.ts, events.label, config.model.history_length)
+    features = events.features(config.model.history_length)
     teacher_logits, teacher_info = None, dict[str, object]()
     if teacher is not None:
         teacher_logits, teacher_info = distillation_teacher_logits(events, config, seed, features, teacher[0])

@@ -642,7 +642,7 @@ def _standard_sql_str(value: str) -> str:
 def events_until(
     spark: "SparkSession", config: SolarisConfig, as_of: datetime, since: datetime | None = None
 ) -> pd.DataFrame:
-    """pandas frame ``user_id, item_id, ts (epoch s), label`` of events with ``since < ts <= as_of``.
+    """pandas frame ``user_id, item_id, ts (epoch s), label, rating`` of events with ``since < ts <= as_of``.
 
     The point-in-time rule of docs/architecture.md §2 in one place: jobs at ``as_of`` never see later events.
     """
@@ -652,7 +652,8 @@ def events_until(
     condition = F.col("ts") <= F.lit(as_of)
     if since is not None:
         condition &= F.col("ts") > F.lit(since)
-    return events.where(condition).select("user_id", "item_id", F.unix_seconds("ts").alias("ts"), "label").toPandas()
+    return events.where(condition).select("user_id", "item_id", F.unix_seconds("ts").alias("ts"), "label",
+                                          "rating").toPandas()
 
 
 def events_until_on_driver(config: SolarisConfig, as_of: datetime) -> pd.DataFrame | None:
@@ -677,11 +678,12 @@ def events_until_on_driver(config: SolarisConfig, as_of: datetime) -> pd.DataFra
 
         stamp = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=timezone.utc)
         table = DeltaTable(path).to_pyarrow_dataset().to_table(
-            columns=["user_id", "item_id", "ts", "label"], filter=ds.field("ts") <= stamp)
+            columns=["user_id", "item_id", "ts", "label", "rating"], filter=ds.field("ts") <= stamp)
         micros = table.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy()
         return pd.DataFrame({"user_id": table.column("user_id").to_numpy(),
                              "item_id": table.column("item_id").to_numpy(),
-                             "ts": np.floor_divide(micros, 1_000_000), "label": table.column("label").to_numpy()})
+                             "ts": np.floor_divide(micros, 1_000_000), "label": table.column("label").to_numpy(),
+                             "rating": table.column("rating").to_numpy(zero_copy_only=False)})
     except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
         log.warning("deltalake could not read %s (%s: %s); reading it with Spark instead", path,
                     type(error).__name__, error)

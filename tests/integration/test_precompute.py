@@ -61,13 +61,12 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
 
     # the stored embedding is what the FM computes from point-in-time features
     from solaris.models.common import to_tensors
-    from solaris.models.features import HistoryIndex
 
     events = EventArrays.from_frame(_table(spark, config, "events").selectExpr(
-        "user_id", "item_id", "unix_seconds(ts) AS ts", "label").toPandas())
+        "user_id", "item_id", "unix_seconds(ts) AS ts", "label", "rating").toPandas())
     visible = events.select(events.ts <= int(T0.timestamp()))
     sample = pairs.head(20)
-    features = HistoryIndex(visible.user_id, visible.item_id, visible.ts, visible.label).query(
+    features = visible.index().query(
         sample.user_id.to_numpy(), sample.item_id.to_numpy(), np.full(len(sample), int(T0.timestamp()) + 1), 8)
     fm, _ = load_checkpoint(config.warehouse / "models" / "fm", "fm", 16)
     with torch.inference_mode():
@@ -255,3 +254,15 @@ def test_the_kth_largest_found_in_bounded_steps_equals_sorting(spark):
         above = values[values > ordered[k - 1]]
         assert found.value == ordered[k - 1], k
         assert found.next_above == (above.min() if above.size else None), k
+
+
+def test_spark_feedback_level_is_the_numpy_rule(spark):
+    from solaris.models.features import feedback_levels
+    from solaris.precompute.spark_features import feedback_level
+
+    labels = [0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+    ratings = [1.0, 5.0, 2.5, 3.5, None, None, 9.0, 0.2, float("nan"), 4.5]
+    frame = spark.createDataFrame(list(zip(labels, ratings, strict=True)), "label double, rating double")
+    got = [row[0] for row in frame.select(feedback_level()).collect()]
+    expected = feedback_levels(np.array(labels), np.array([np.nan if r is None else r for r in ratings]))
+    assert got == expected.tolist() == [2, 6, 3, 5, 0, 1, 6, 2, 1, 5]

@@ -2,7 +2,14 @@
 
 import numpy as np
 
-from solaris.models.features import NO_HISTORY_RECENCY, HistoryIndex, time_split, training_features
+from solaris.models.features import (
+    FEEDBACK_LEVELS,
+    NO_HISTORY_RECENCY,
+    HistoryIndex,
+    feedback_levels,
+    time_split,
+    training_features,
+)
 
 # user 1: items 10 (t=100, liked), 11 (t=200), 12 and 13 at the same second t=300 (13 liked)
 USERS = np.array([1, 1, 1, 1, 2])
@@ -92,8 +99,10 @@ def test_features_from_histories_match_the_history_index():
     users, items = rng.integers(0, 20, n), rng.integers(0, 40, n)
     ts = rng.integers(0, 100_000, n)
     labels = rng.integers(0, 2, n).astype(np.float32)
+    feedback = feedback_levels(labels, np.where(rng.random(n) < 0.8, rng.integers(1, 6, n), np.nan))
     request = 100_000
-    expected = HistoryIndex(users, items, ts, labels).query(np.arange(20), np.full(20, 7), np.full(20, request), 6)
+    expected = HistoryIndex(users, items, ts, labels, feedback).query(np.arange(20), np.full(20, 7),
+                                                                      np.full(20, request), 6)
     # what the Spark job gathers: per user, events with ts <= as_of ordered by (ts, item) (oldest first)
     order = np.lexsort((items, ts))
     lists = [order[users[order] == u] for u in range(20)]
@@ -101,12 +110,13 @@ def test_features_from_histories_match_the_history_index():
     flat = np.concatenate(lists)
     user_counts = np.array([(users == u).sum() for u in range(20)])
     got = features_from_histories(np.arange(20), np.full(20, 7), hist_offsets=offsets, hist_items=items[flat],
-                                  hist_labels=labels[flat], hist_ts=ts[flat],
+                                  hist_labels=labels[flat], hist_feedback=feedback[flat], hist_ts=ts[flat],
                                   item_count=np.full(20, (items == 7).sum()),
                                   item_likes=np.full(20, labels[items == 7].sum()), user_count=user_counts,
                                   request_ts=request, history_length=6)
     np.testing.assert_array_equal(got.hist_mask, expected.hist_mask)
     np.testing.assert_array_equal(got.hist_labels, expected.hist_labels)
+    np.testing.assert_array_equal(got.hist_feedback, expected.hist_feedback)
     np.testing.assert_allclose(got.hist_age, expected.hist_age, atol=1e-6)
     np.testing.assert_allclose(got.user_recency, expected.user_recency, atol=1e-6)
     np.testing.assert_array_equal(got.item_pop, expected.item_pop)
@@ -117,3 +127,22 @@ def test_features_from_histories_match_the_history_index():
         assert sorted(got.hist_items[row][got.hist_mask[row]]) == sorted(
             expected.hist_items[row][expected.hist_mask[row]]
         )
+
+
+def test_feedback_levels_keep_the_rating_and_fall_back_to_the_label():
+    labels = np.array([0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    ratings = np.array([1.0, 5.0, 2.5, 3.5, np.nan, np.nan, 9.0, 0.2])
+    # rated: 1 + stars (rounded half to even, clipped to 1..5); unrated: the liked bit
+    assert feedback_levels(labels, ratings).tolist() == [2, 6, 3, 5, 0, 1, 6, 2]
+    assert feedback_levels(labels).tolist() == [0, 1, 0, 1, 0, 1, 1, 0]
+    assert feedback_levels(labels, ratings).max() < FEEDBACK_LEVELS
+
+
+def test_history_tokens_carry_the_feedback_level_of_past_events_only():
+    feedback = np.array([6, 2, 3, 5, 4])
+    features = HistoryIndex(USERS, ITEMS, TS, LABELS, feedback).query(np.array([1]), np.array([99]),
+                                                                      np.array([300]), 4)
+    mask = features.hist_mask[0]
+    assert features.hist_feedback[0][mask].tolist() == [6, 2]  # t=100 and t=200; t=300 is not before 300
+    assert features.hist_labels[0][mask].tolist() == [1.0, 0.0]  # the counters' liked bit is unchanged
+    assert (features.hist_feedback[0][~mask] == 0).all()
