@@ -156,7 +156,7 @@ def test_the_evaluation_reads_the_events_without_spark_as_spark_would(spark, tem
         assert on_driver is not None
         with_spark = EventArrays.from_frame(events_until(spark, config, as_of))
         without = EventArrays.from_frame(on_driver)
-        for name in ("user_id", "item_id", "ts", "label"):
+        for name in ("user_id", "item_id", "ts", "label", "feedback"):
             np.testing.assert_array_equal(getattr(without, name), getattr(with_spark, name), err_msg=name)
         return without
 
@@ -167,12 +167,15 @@ def test_the_evaluation_reads_the_events_without_spark_as_spark_would(spark, tem
     edges = _config(tmp_path / "edges")
     moments = {1: T0, 2: T0 - timedelta(microseconds=1), 3: T0 - timedelta(seconds=0.5),
                4: T0 + timedelta(microseconds=1), 5: T0 + timedelta(seconds=0.5)}
-    spark.createDataFrame([(user, 10 + user, moment, 1.0) for user, moment in moments.items()],
-                          "user_id long, item_id long, ts timestamp, label float") \
+    spark.createDataFrame([(user, 10 + user, moment, 1.0, None if user == 1 else 4.0)
+                           for user, moment in moments.items()],
+                          "user_id long, item_id long, ts timestamp, label float, rating double") \
         .write.format("delta").save(edges.table_path("events"))
     cut = same(edges, T0)
     seconds = int(T0.timestamp())
     assert sorted(zip(cut.user_id.tolist(), cut.ts.tolist())) == [(1, seconds), (2, seconds - 1), (3, seconds - 1)]
+    assert cut.feedback is not None and sorted(zip(cut.user_id.tolist(), cut.feedback.tolist())) == [(1, 1), (2, 5),
+                                                                                                     (3, 5)]
     assert events_until_on_driver(_config(tmp_path / "no-such-warehouse"), T0) is None
 
 
