@@ -69,7 +69,16 @@ def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime, 
         return cached
     events = spark.read.format("delta").load(config.table_path("events"))
     return events.where(F.col("ts") <= F.lit(as_of)).select(
-        *EVENT_COLUMNS, F.lit(as_of).cast("timestamp").alias(TICK_AS_OF))
+        *event_columns(events), F.lit(as_of).cast("timestamp").alias(TICK_AS_OF))
+
+
+def event_columns(events: DataFrame) -> list[Column]:
+    """:data:`EVENT_COLUMNS` of an events table; a table without ``rating`` (written by hand, or by a
+    source with labels only before the column existed) reads it as null: feedback from the label."""
+    from pyspark.sql import functions as F
+
+    return [F.col(name) if name in events.columns or name != "rating" else F.lit(None).cast("double").alias(name)
+            for name in EVENT_COLUMNS]
 
 
 def keep_visible_events(spark: SparkSession, config: SolarisConfig, tick: Tick) -> DataFrame:

@@ -652,8 +652,9 @@ def events_until(
     condition = F.col("ts") <= F.lit(as_of)
     if since is not None:
         condition &= F.col("ts") > F.lit(since)
+    rating = F.col("rating") if "rating" in events.columns else F.lit(None).cast("double").alias("rating")
     return events.where(condition).select("user_id", "item_id", F.unix_seconds("ts").alias("ts"), "label",
-                                          "rating").toPandas()
+                                          rating).toPandas()
 
 
 def events_until_on_driver(config: SolarisConfig, as_of: datetime) -> pd.DataFrame | None:
@@ -677,13 +678,15 @@ def events_until_on_driver(config: SolarisConfig, as_of: datetime) -> pd.DataFra
         from deltalake import DeltaTable
 
         stamp = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=timezone.utc)
-        table = DeltaTable(path).to_pyarrow_dataset().to_table(
-            columns=["user_id", "item_id", "ts", "label", "rating"], filter=ds.field("ts") <= stamp)
+        dataset = DeltaTable(path).to_pyarrow_dataset()
+        columns = ["user_id", "item_id", "ts", "label", *(["rating"] if "rating" in dataset.schema.names else [])]
+        table = dataset.to_table(columns=columns, filter=ds.field("ts") <= stamp)
         micros = table.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy()
         return pd.DataFrame({"user_id": table.column("user_id").to_numpy(),
                              "item_id": table.column("item_id").to_numpy(),
                              "ts": np.floor_divide(micros, 1_000_000), "label": table.column("label").to_numpy(),
-                             "rating": table.column("rating").to_numpy(zero_copy_only=False)})
+                             "rating": (table.column("rating").to_numpy(zero_copy_only=False) if "rating" in columns
+                                        else np.full(table.num_rows, np.nan))})
     except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
         log.warning("deltalake could not read %s (%s: %s); reading it with Spark instead", path,
                     type(error).__name__, error)
