@@ -71,6 +71,7 @@ class FoundationModel(nn.Module):
         self.item_emb = HashedEmbedding(spec.id_buckets, d, salt=2)
         if spec.history_feedback not in ("rating", "label"):
             raise ValueError(f"history_feedback must be 'rating' or 'label', not {spec.history_feedback!r}")
+        # one vector per feedback level (named for the liked bit it held first: checkpoints keep the name)
         self.liked_emb = nn.Embedding(FEEDBACK_LEVELS if spec.history_feedback == "rating" else 2, d)
         self.age_proj = nn.Linear(1, d)
         self.position = nn.Parameter(torch.zeros(spec.history_length, d))

@@ -77,7 +77,8 @@ def event_columns(events: DataFrame) -> list[Column]:
     source with labels only before the column existed) reads it as null: feedback from the label."""
     from pyspark.sql import functions as F
 
-    return [F.col(name) if name in events.columns or name != "rating" else F.lit(None).cast("double").alias(name)
+    without_rating = "rating" not in events.columns
+    return [F.lit(None).cast("double").alias(name) if name == "rating" and without_rating else F.col(name)
             for name in EVENT_COLUMNS]
 
 
@@ -149,7 +150,7 @@ def user_vectors(spark: SparkSession, config: SolarisConfig, as_of: datetime, fm
 def feedback_level() -> Column:
     """:func:`solaris.models.features.feedback_levels` of each event row, as a Spark column: 1 + the
     rating rounded half to even (``bround``, numpy's ``rint``) and clipped to 1..5 stars; without a
-    rating 1 if liked else 0. One rule, two engines: a unit test compares them."""
+    rating 1 if liked else 0. One rule, two engines: tests/integration/test_precompute.py compares them."""
     from pyspark.sql import functions as F
 
     rated = F.col("rating").isNotNull() & ~F.isnan("rating")
