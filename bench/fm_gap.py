@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from solaris.config import SolarisConfig, TrainingConfig, load_config
+from solaris.config import SolarisConfig, load_config
+from solaris.drivers.evaluate import finetune_training
 from solaris.evaluation import bootstrap
 from solaris.evaluation.protocol import densest_windows
 from solaris.models import metrics
@@ -58,14 +59,6 @@ def _variants(specs: list[str]) -> dict[str, list[str]]:
     return variants
 
 
-def _tail_training(config: SolarisConfig, threads: int) -> TrainingConfig:
-    """The evaluation's fine-tune recipe (``evaluation.finetune_*``, constant rate) for any model."""
-    settings = config.evaluation
-    return config.model.training.model_copy(update={
-        "batch_size": settings.finetune_batch_size, "learning_rate": settings.finetune_learning_rate,
-        "lr_schedule": "constant", "threads": threads})
-
-
 def score_window(events: EventArrays, config: SolarisConfig, t0_seconds: int, variants: dict[str, list[str]],
                  base_overrides: list[str], seed: int, tail_finetune: bool = False) -> WindowScores:
     settings = config.evaluation
@@ -82,16 +75,13 @@ def score_window(events: EventArrays, config: SolarisConfig, t0_seconds: int, va
     index = visible.index()
     scored = {h: index.query(events.user_id[rows], events.item_id[rows], events.ts[rows], h) for h in lengths}
     tail = events.select(np.flatnonzero((events.ts > cutoff) & (events.ts <= t0_seconds)))
-    tail_features = {}
-    if tail_finetune:  # point-in-time features of the tail's events, histories from every earlier event
-        upto = events.select(np.flatnonzero(events.ts <= t0_seconds))
-        tail_rows = np.arange(len(upto) - len(tail), len(upto))
-        tail_features = {h: upto.features(h).take(tail_rows) for h in lengths}
+    # each tail event's features at its own time (history strictly before it), as the training features
+    tail_features = {h: index.query(tail.user_id, tail.item_id, tail.ts, h) for h in lengths} if tail_finetune else {}
 
     def refreshed(name: str, model: torch.nn.Module, recipe: SolarisConfig, threads: int) -> None:
         started = time.monotonic()
         h = recipe.model.history_length
-        result = fit(model, tail_features[h], tail.label, tail.ts, _tail_training(recipe, threads), seed,
+        result = fit(model, tail_features[h], tail.label, tail.ts, finetune_training(recipe, threads), seed,
                      name=f"{name}+tail", keep_initial=True)
         seconds[f"{name}+tail"] = time.monotonic() - started
         predictions[f"{name}+tail"] = predict(result.model, scored[h])

@@ -397,6 +397,15 @@ def _vm_training(config: SolarisConfig, **update: Any) -> TrainingConfig:
     return config.model.training.model_copy(update={**update, "threads": VM_THREADS})
 
 
+def finetune_training(config: SolarisConfig, threads: int = VM_THREADS) -> TrainingConfig:
+    """The fine-tune on the tail every VM variant gets (step 4): ``model.training`` with the
+    ``evaluation.finetune_*`` batch and rate; ``bench/fm_gap.py --tail-finetune`` applies it to the FM too."""
+    settings = config.evaluation
+    return config.model.training.model_copy(update={
+        "batch_size": settings.finetune_batch_size, "learning_rate": settings.finetune_learning_rate,
+        "threads": threads})
+
+
 def train_models(
     config: SolarisConfig, rows: WindowRows, data: EvaluationData, *, seed: int, seed_dir: Path,
     replay_seed: int, replay_dir: Path,
@@ -600,9 +609,7 @@ def fine_tune(
     from solaris.models.training import adapt_vm, predict, train_vm
 
     started = time.monotonic()
-    settings = config.evaluation
-    training = _vm_training(config, batch_size=settings.finetune_batch_size,
-                            learning_rate=settings.finetune_learning_rate)
+    training = finetune_training(config)
     events_tail, features_tail = data.events.select(rows.tail), data.features.take(rows.tail)
     _fm_threads(config)
     _, tail_teacher, _ = predict(models.fm, features_tail, with_embeddings=True)

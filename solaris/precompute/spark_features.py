@@ -73,13 +73,12 @@ def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime, 
 
 
 def event_columns(events: DataFrame) -> list[Column]:
-    """:data:`EVENT_COLUMNS` of an events table; a table without ``rating`` (written by hand, or by a
-    source with labels only before the column existed) reads it as null: feedback from the label."""
+    """:data:`EVENT_COLUMNS` of an events table, ``rating`` null where the table has none (:func:`rating_column`)."""
     from pyspark.sql import functions as F
 
-    without_rating = "rating" not in events.columns
-    return [F.lit(None).cast("double").alias(name) if name == "rating" and without_rating else F.col(name)
-            for name in EVENT_COLUMNS]
+    from solaris.storage.tables import rating_column
+
+    return [rating_column(events) if name == "rating" else F.col(name) for name in EVENT_COLUMNS]
 
 
 def keep_visible_events(spark: SparkSession, config: SolarisConfig, tick: Tick) -> DataFrame:

@@ -21,7 +21,7 @@ from solaris.storage.validity import servable_column, servable_filter
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 
 Result = TypeVar("Result")
@@ -639,6 +639,14 @@ def _standard_sql_str(value: str) -> str:
     return value.replace("'", "''")
 
 
+def rating_column(events: "DataFrame") -> "Column":
+    """The events' ``rating``; null on every row of a table without the column (written by hand, or
+    before the column existed), so the feedback levels then come from the label."""
+    from pyspark.sql import functions as F
+
+    return F.col("rating") if "rating" in events.columns else F.lit(None).cast("double").alias("rating")
+
+
 def events_until(
     spark: "SparkSession", config: SolarisConfig, as_of: datetime, since: datetime | None = None
 ) -> pd.DataFrame:
@@ -652,9 +660,8 @@ def events_until(
     condition = F.col("ts") <= F.lit(as_of)
     if since is not None:
         condition &= F.col("ts") > F.lit(since)
-    rating = F.col("rating") if "rating" in events.columns else F.lit(None).cast("double").alias("rating")
     return events.where(condition).select("user_id", "item_id", F.unix_seconds("ts").alias("ts"), "label",
-                                          rating).toPandas()
+                                          rating_column(events)).toPandas()
 
 
 def events_until_on_driver(config: SolarisConfig, as_of: datetime) -> pd.DataFrame | None:
