@@ -80,7 +80,7 @@ def test_a_committed_report_holds_every_seed_the_placebo_and_the_ceiling(report:
     comparisons = metrics["intervals"]["pooled"]["comparisons"]
     assert comparisons
     for comparison in comparisons.values():
-        assert {comparison["variant"], comparison["reference"]} <= variants | {"fm"}
+        assert {comparison["variant"], comparison["reference"]} <= variants
         difference = comparison["ne_difference"]
         assert difference["low"] <= difference["estimate"] <= difference["high"]
     expected = {(window["t0"], seed) for window in metrics["windows"] for seed in metrics["seeds"]}
