@@ -4,7 +4,7 @@ Why: the test suite and the Airflow tasks start many short-lived processes (spar
 ``solaris`` CLI, Airflow's task runners, PySpark's Python workers). A wall-clock time says how long
 they took, not what the cores did; on a 2-core machine that is the question, because the test suite
 is CPU-bound with two shards side by side (scripts/test.sh). This script runs a command, reads the
-CPU time of every thread on the machine every ``--interval`` seconds until the command ends, and
+CPU time of every thread on the machine every ``--interval`` seconds (1 by default) until the command ends, and
 prints the CPU the machine spent while it ran, by kind of process (a JVM by the process that
 started it, Python by its script), by JVM thread kind (Spark task threads, the driver's py4j
 threads, the JIT compiler, the garbage collector) and the busiest processes.
@@ -14,8 +14,8 @@ threads, the JIT compiler, the garbage collector) and the busiest processes.
 
 A thread that starts and ends between two samples is not seen (its CPU is in the machine's total,
 printed as "not attributed"); threads are keyed by process id, thread id and start time, so an id
-the kernel reuses is a new thread. The sampling itself costs about 1 % of a core and is reported
-as a process of its own.
+the kernel reuses is a new thread. The sampling itself costs a few per cent of a core and is
+reported as a process of its own.
 """
 
 from __future__ import annotations
@@ -33,12 +33,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 PROC = Path("/proc")
+SHELLS = {"bash", "sh"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-# JVM thread names (digits removed) and the kind each belongs to; any other JVM thread is "jvm other".
+# JVM thread names (digits replaced by #, cut to the kernel's 15 characters: "Executor task l") and
+# the kind each belongs to; any other JVM thread is "jvm other".
 JVM_THREAD_KINDS = (
-    ("Executor task launch worker", "spark tasks"),
-    ("C# CompilerThread#", "jit compiler"),
-    ("GC Thread#", "garbage collector"),
+    ("Executor task", "spark tasks"),
+    ("C# Compiler", "jit compiler"),
+    ("GC Thread", "garbage collector"),
     ("G# ", "garbage collector"),
     ("VM Thread", "garbage collector"),
     ("Thread-#", "driver (py4j calls)"),
@@ -85,10 +87,8 @@ def process_label(argv: list[str], parent: str | None) -> str:
     executable = os.path.basename(argv[0])
     if executable == "java":
         return f"java <- {parent or '?'}"
-    if executable.startswith("python") or executable in {"bash", "sh", "solaris", "airflow"}:
+    if executable.startswith("python") or executable in SHELLS | {"solaris", "airflow"}:
         words = [os.path.basename(arg) for arg in argv[1:] if not arg.startswith("-")][:2]
-        if words[:1] == ["spark-class"]:  # spark-submit's launcher; it becomes the JVM (exec)
-            return "java <- spark-submit"
         return " ".join([executable.rstrip("0123456789."), *words])[:60]
     return executable
 
@@ -110,6 +110,8 @@ def process_kind(process: str) -> str:
         starter = process.removeprefix("java <- ")
         if "pytest" in starter:
             return "JVM of a pytest session"
+        if "spark-class" in starter:  # the short JVM that only builds spark-submit's command line
+            return "JVM of Spark's launcher"
         if "airflow" in starter or "spark-submit" in starter:
             return "JVM of a spark-submit"
         if "solaris" in starter:
@@ -156,17 +158,32 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def sample_threads(labels: dict[int, str]) -> Iterable[ThreadSample]:
-    """Every thread on the machine now. ``labels``: process labels, updated (a process may exec)."""
+def sample_threads(labels: dict[tuple[int, int], str]) -> Iterable[ThreadSample]:
+    """Every thread on the machine now.
+
+    ``labels``: each process's label by (process id, start time), kept across samples: a JVM keeps
+    the label of the process that started it after that process ends (the JVM is then re-parented).
+    A shell is labelled again at each sample until it becomes something else (spark-submit's
+    launcher script execs the JVM).
+    """
+    parents: dict[int, str] = {pid: label for (pid, _), label in labels.items()}
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
-        stat, cmdline = _read(entry / "stat"), _read(entry / "cmdline")
-        if stat is None or cmdline is None:
+        stat = _read(entry / "stat")
+        if stat is None:
             continue
-        parent = int(stat[stat.rindex(")") + 2:].split()[1])
-        labels[pid] = process_label([arg for arg in cmdline.split("\0") if arg], labels.get(parent))
+        fields = stat[stat.rindex(")") + 2:].split()
+        process = (pid, int(fields[19]))
+        label = labels.get(process)
+        if label is None or label.split(" ")[0] in SHELLS:
+            cmdline = _read(entry / "cmdline")
+            if cmdline is None:
+                continue
+            label = labels[process] = process_label([arg for arg in cmdline.split("\0") if arg],
+                                                    parents.get(int(fields[1])))
+            parents[pid] = label
         try:
             tids = os.listdir(entry / "task")
         except OSError:
@@ -176,12 +193,12 @@ def sample_threads(labels: dict[int, str]) -> Iterable[ThreadSample]:
             if text is None:
                 continue
             name, cpu, started = parse_stat(text)
-            yield ThreadSample((pid, int(tid), started), labels[pid], name, cpu)
+            yield ThreadSample((pid, int(tid), started), label, name, cpu)
 
 
 def measure(command: list[str], interval: float, top: int) -> tuple[int, CpuBreakdown]:
     """Run ``command`` to its end, sampling; its exit code and the breakdown."""
-    labels: dict[int, str] = {}
+    labels: dict[tuple[int, int], str] = {}
     first = {sample.key: sample for sample in sample_threads(labels)}
     last = dict(first)
     busy, started = machine_busy_seconds(), time.monotonic()
@@ -210,7 +227,7 @@ def report_lines(result: CpuBreakdown) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      usage="%(prog)s [--interval S] [--top N] [--json PATH] -- COMMAND ...")
-    parser.add_argument("--interval", type=float, default=0.5, help="seconds between samples (default 0.5)")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
     parser.add_argument("--top", type=int, default=15, help="busiest processes listed (default 15)")
     parser.add_argument("--json", type=Path, help="also write the breakdown here")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")

@@ -27,12 +27,15 @@ def test_labels_name_a_jvm_by_its_starter_and_python_by_its_script():
         assert cpu.process_kind("java <- python pytest unit") == "JVM of a pytest session"
         airflow = cpu.process_label(["/v/bin/python", "/v/bin/airflow", "dags", "test"], None)
         assert cpu.process_kind(f"java <- {airflow}") == "JVM of a spark-submit"
-        assert cpu.process_label(["bash", "/s/bin/spark-class", "org.apache.spark.deploy.SparkSubmit"], None) \
-            == "java <- spark-submit"
+        launcher = cpu.process_label(["bash", "/s/bin/spark-class", "org.apache.spark.deploy.SparkSubmit"], None)
+        assert launcher == "bash spark-class org.apache.spark.deploy.SparkSubmit"  # a shell: labelled again once
+        assert cpu.process_kind(f"java <- {launcher}") == "JVM of Spark's launcher"  # it has exec'd the JVM
         assert cpu.process_kind(cpu.process_label(["python", "-m", "pyspark.daemon"], None)) == "PySpark Python workers"
         assert cpu.process_label([], None) == "?"
-        assert cpu.thread_kind("java <- x", "C2 CompilerThread0") == "jit compiler"
-        assert cpu.thread_kind("java <- x", "Executor task launch worker for task 3.0") == "spark tasks"
+        # thread names as the kernel keeps them: cut to 15 characters
+        assert cpu.thread_kind("java <- x", "C2 CompilerThre") == "jit compiler"
+        assert cpu.thread_kind("java <- x", "Executor task l") == "spark tasks"
+        assert cpu.thread_kind("java <- x", "GC Thread#1") == "garbage collector"
         assert cpu.thread_kind("java <- x", "Thread-12") == "driver (py4j calls)"
         assert cpu.thread_kind("java <- x", "netty-rpc") == "jvm other"
         assert cpu.thread_kind("python pytest", "python") == ""
@@ -41,11 +44,11 @@ def test_labels_name_a_jvm_by_its_starter_and_python_by_its_script():
 def test_the_breakdown_counts_each_thread_from_its_first_sample_and_a_reused_id_as_a_new_thread():
     with bench_script("process_cpu") as cpu:
         jvm = "java <- python pytest tests"
-        first = {(1, 1, 10): cpu.ThreadSample((1, 1, 10), jvm, "C1 CompilerThread0", 5.0),
+        first = {(1, 1, 10): cpu.ThreadSample((1, 1, 10), jvm, "C1 CompilerThre", 5.0),
                  (2, 2, 10): cpu.ThreadSample((2, 2, 10), "python pytest tests", "python", 3.0)}
-        last = {(1, 1, 10): cpu.ThreadSample((1, 1, 10), jvm, "C1 CompilerThread0", 7.5),  # +2.5
+        last = {(1, 1, 10): cpu.ThreadSample((1, 1, 10), jvm, "C1 CompilerThre", 7.5),  # +2.5
                 (2, 2, 10): cpu.ThreadSample((2, 2, 10), "python pytest tests", "python", 3.0),  # idle
-                (2, 2, 99): cpu.ThreadSample((2, 2, 99), jvm, "Executor task launch worker", 4.0)}  # born later
+                (2, 2, 99): cpu.ThreadSample((2, 2, 99), jvm, "Executor task l", 4.0)}  # born later
         result = cpu.breakdown(first, last, wall_seconds=10.0, machine_cpu_seconds=8.0)
         assert result.attributed_cpu_seconds == pytest.approx(6.5)
         assert result.by_jvm_thread_kind == {"spark tasks": 4.0, "jit compiler": 2.5}
