@@ -69,13 +69,18 @@ class CpuBreakdown:
     by_process: dict[str, float] = field(default_factory=dict)
 
 
-def parse_stat(text: str) -> tuple[str, float, int]:
-    """(thread name, user + system CPU seconds, start time in ticks) of a /proc/<pid>/task/<tid>/stat line.
+def stat_fields(text: str) -> list[str]:
+    """The fields after the name of a /proc stat line (state first, then the parent's id, ...).
 
     The name is between the first "(" and the last ")": it may itself hold spaces and parentheses.
     """
+    return text[text.rindex(")") + 2:].split()
+
+
+def parse_stat(text: str) -> tuple[str, float, int]:
+    """(thread name, user + system CPU seconds, start time in ticks) of a /proc/<pid>/task/<tid>/stat line."""
+    fields = stat_fields(text)
     name = text[text.index("(") + 1:text.rindex(")")]
-    fields = text[text.rindex(")") + 2:].split()
     return name, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS, int(fields[19])
 
 
@@ -119,7 +124,7 @@ def process_kind(process: str) -> str:
         return "JVM of another process"
     if "pyspark.daemon" in process or "pyspark.worker" in process:
         return "PySpark Python workers"
-    return process.split(" ")[0] + (" " + process.split(" ")[1] if " " in process else "")
+    return " ".join(process.split(" ")[:2])
 
 
 def breakdown(first: Mapping[tuple[int, int, int], ThreadSample], last: Mapping[tuple[int, int, int], ThreadSample],
@@ -174,7 +179,7 @@ def sample_threads(labels: dict[tuple[int, int], str]) -> Iterable[ThreadSample]
         stat = _read(entry / "stat")
         if stat is None:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat_fields(stat)
         process = (pid, int(fields[19]))
         label = labels.get(process)
         if label is None or label.split(" ")[0] in SHELLS:

@@ -10,7 +10,7 @@ from tests.unit.bench_scripts import bench_script
 def _stat(name: str, utime: int, stime: int, start: int) -> str:
     after = ["S", "1", "1", "1", "0", "-1", "0", "0", "0", "0", "0", str(utime), str(stime), "0", "0", "20", "0",
              "1", "0", str(start), "0"]
-    return f"1234 ({name}) " + " ".join(after[:]) + "\n"
+    return f"1234 ({name}) " + " ".join(after) + "\n"
 
 
 def test_a_thread_name_with_spaces_and_parentheses_is_read_whole():
@@ -57,6 +57,6 @@ def test_the_breakdown_counts_each_thread_from_its_first_sample_and_a_reused_id_
         assert lines[0].startswith("wall 10 s; machine CPU 8 s (0.80 cores") and "not attributed 2 s" in lines[0]
 
 
-def test_the_command_comes_after_a_double_dash():
+def test_a_run_without_a_command_is_refused():
     with bench_script("process_cpu") as cpu, pytest.raises(SystemExit):
         cpu.main(["--interval", "0.1"])
