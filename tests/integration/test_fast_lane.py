@@ -88,9 +88,9 @@ def test_fast_lane_scores_and_publishes_the_new_sessions_only(spark, lane):
 def test_rerun_of_the_same_tick_changes_no_table(spark, lane):
     config = lane
     run_fast_lane(spark, config, AS_OF, run_id(AS_OF))  # idempotent whether or not the test above ran first
-    before = {name: table_checksum(spark, config.table_path(name)) for name in ("candidates", "pair_embeddings")}
+    before = {name: table_checksum(config.table_path(name)) for name in ("candidates", "pair_embeddings")}
     again = run_fast_lane(spark, config, AS_OF, run_id(AS_OF))
-    after = {name: table_checksum(spark, config.table_path(name)) for name in ("candidates", "pair_embeddings")}
+    after = {name: table_checksum(config.table_path(name)) for name in ("candidates", "pair_embeddings")}
     assert before == after and again.score is not None and again.score.written > 0
 
 

@@ -27,7 +27,7 @@ def _table(spark, config, name):
 
 
 def _checksum(spark, config, name):
-    return table_checksum(spark, config.table_path(name))
+    return table_checksum(config.table_path(name))
 
 
 def test_ml100k_ingest_reads_back_without_spark(spark, make_config):

@@ -27,7 +27,7 @@ def _table(spark, config, name):
 
 
 def _checksum(spark, config, name):
-    return table_checksum(spark, config.table_path(name))
+    return table_checksum(config.table_path(name))
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,7 @@ def checksums(spark, config, names=CYCLE_TABLES) -> dict:
     from solaris.storage.tables import table_exists
 
     return {
-        name: table_checksum(spark, config.table_path(name)) if table_exists(spark, config.table_path(name)) else None
+        name: table_checksum(config.table_path(name)) if table_exists(spark, config.table_path(name)) else None
         for name in names
     }
 
