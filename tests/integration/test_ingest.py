@@ -26,10 +26,6 @@ def _table(spark, config, name):
     return spark.read.format("delta").load(config.table_path(name))
 
 
-def _checksum(spark, config, name):
-    return table_checksum(config.table_path(name))
-
-
 def test_ml100k_ingest_reads_back_without_spark(spark, make_config):
     config = make_config()
     result = ingest(spark, config, resolve_source("ml-100k"), None, "ingest-ml-100k")
@@ -129,9 +125,9 @@ def test_rerun_same_run_id_leaves_tables_unchanged(spark, make_config, tmp_path)
     config = make_config()
     spec = resolve_source(str(path))
     ingest(spark, config, spec, None, "ingest-r")
-    before = {name: _checksum(spark, config, name) for name in ("events", "quarantine")}
+    before = {name: table_checksum(config.table_path(name)) for name in ("events", "quarantine")}
     ingest(spark, config, spec, None, "ingest-r")
-    after = {name: _checksum(spark, config, name) for name in ("events", "quarantine")}
+    after = {name: table_checksum(config.table_path(name)) for name in ("events", "quarantine")}
     assert before == after and before["events"][0] == 3 and before["quarantine"][0] == 1
 
 
@@ -142,7 +138,7 @@ def test_generator_same_seed_same_table(spark, make_config):
         config = make_config(*overrides, f"seed={seed}", f"tables.events=events_{len(sums)}")
         result = ingest(spark, config, resolve_source("synthetic"), None, "ingest-syn")
         assert result.rows_quarantined == 0 and result.rows_valid > 4000
-        sums.append(_checksum(spark, config, "events"))
+        sums.append(table_checksum(config.table_path("events")))
     assert sums[0] == sums[1]
     assert sums[0] != sums[2]
 
@@ -205,10 +201,10 @@ def test_a_few_bad_ids_are_quarantined_and_never_rekey_the_column(spark, make_co
     assert any("item_id: 2 of 36" in m for m in warnings), warnings
 
     # re-ingest of the same file (same run id, as `solaris ingest` defaults it): tables unchanged
-    before = {name: _checksum(spark, config, name) for name in ("events", "quarantine")}
+    before = {name: table_checksum(config.table_path(name)) for name in ("events", "quarantine")}
     again = ingest(spark, config, spec, None, "ingest-ratings", NOW)
     assert (again.rows_valid, again.rows_quarantined) == (30, 6)
-    assert {name: _checksum(spark, config, name) for name in ("events", "quarantine")} == before
+    assert {name: table_checksum(config.table_path(name)) for name in ("events", "quarantine")} == before
 
 
 def test_a_string_id_file_is_hashed_and_id_map_round_trips(spark, make_config, tmp_path, caplog):

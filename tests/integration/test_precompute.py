@@ -26,10 +26,6 @@ def _table(spark, config, name):
     return spark.read.format("delta").load(config.table_path(name))
 
 
-def _checksum(spark, config, name):
-    return table_checksum(config.table_path(name))
-
-
 @pytest.fixture(scope="module")
 def world(world_template, tmp_path_factory):
     """A private copy of the shared world (events + FM and verifier trained up to T0)."""
@@ -98,9 +94,9 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
     assert figures.candidates.precision == figures.candidates.hits / scored.candidates
 
     # rerun of the same run: identical table content
-    before = {name: _checksum(spark, config, name) for name in ("candidates", "pair_embeddings")}
+    before = {name: table_checksum(config.table_path(name)) for name in ("candidates", "pair_embeddings")}
     _cycle(spark, config, T0)
-    assert {name: _checksum(spark, config, name) for name in ("candidates", "pair_embeddings")} == before
+    assert {name: table_checksum(config.table_path(name)) for name in ("candidates", "pair_embeddings")} == before
 
     # next hour refreshes overlapping pairs (new run id, new TTL) and keeps the others
     t1 = T0 + timedelta(hours=1)
@@ -188,10 +184,10 @@ def test_nan_embeddings_are_quarantined_never_written(spark, world, tmp_path):
     as_of = T0 + timedelta(hours=5)
     run_id = default_run_id("precompute", as_of)
     candidates_job.run(spark, config, as_of, run_id)
-    before = _checksum(spark, config, "pair_embeddings")
+    before = table_checksum(config.table_path("pair_embeddings"))
     result = score_job.run(spark, config, as_of, run_id, fm_path="models/fm_poisoned")
     assert result.written == 0 and result.quarantined == result.verified > 0
-    assert _checksum(spark, config, "pair_embeddings") == before
+    assert table_checksum(config.table_path("pair_embeddings")) == before
     reasons = _table(spark, config, "quarantine").where(f"run_id = '{run_id}'").select("reason").distinct().collect()
     assert [r["reason"] for r in reasons] == ["non-finite embedding"]
 
@@ -202,10 +198,10 @@ def test_foreign_checkpoint_is_refused_before_any_write(spark, world, tmp_path):
     config = world
     as_of = T0 + timedelta(hours=6)
     run_id = default_run_id("precompute", as_of)
-    before = _checksum(spark, config, "pair_embeddings")
+    before = table_checksum(config.table_path("pair_embeddings"))
     with pytest.raises(CheckpointError):
         score_job.run(spark, config, as_of, run_id, fm_path="models/vm_baseline")
-    assert _checksum(spark, config, "pair_embeddings") == before
+    assert table_checksum(config.table_path("pair_embeddings")) == before
     assert before[0] > 0  # there were rows to lose
     assert _table(spark, config, "runs").where(f"run_id = '{run_id}'").count() == 0  # not even an audit row
 
