@@ -8,12 +8,13 @@ paying the JVM start-up once. ``world_template``: the shared synthetic world wit
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
 
 from solaris.config import SolarisConfig, load_config
-from tests.world import TEST_OVERRIDES, build_world
+from tests.world import T0, TEST_OVERRIDES, build_world, run_cycle, world_config
 
 __all__ = ["TEST_OVERRIDES", "table_checksum"]
 
@@ -43,6 +44,16 @@ def world_template(spark, tmp_path_factory) -> Path:
     """The shared world (:func:`tests.world.build_world`), built once per session: copy it, never change it."""
     warehouse = tmp_path_factory.mktemp("world") / "template"
     build_world(spark, warehouse)
+    return warehouse
+
+
+@pytest.fixture(scope="session")
+def served_template(spark, world_template) -> Path:
+    """The world after one complete hourly cycle at T0 (a snapshot is being served), built once per
+    session for the modules that start from a served world: copy it, never change it."""
+    warehouse = world_template.parent / "served"
+    shutil.copytree(world_template, warehouse)
+    run_cycle(spark, world_config(warehouse), T0)
     return warehouse
 
 

@@ -14,7 +14,11 @@ from one another.
 
 from __future__ import annotations
 
+import io
+import logging
 import shutil
+import subprocess
+from contextlib import redirect_stderr, redirect_stdout
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -71,6 +75,32 @@ def set_args(overrides) -> list[str]:
     return [arg for override in overrides for arg in ("--set", override)]
 
 
+def run_solaris_main(argv: list[str]) -> subprocess.CompletedProcess:
+    """``solaris <argv>`` through the CLI's own ``main``, in this process: its exit code, stdout and stderr.
+
+    The entry point spark-submit and Airflow run, without the interpreter around it: the job's
+    ``getOrCreate`` finds the test session, so no JVM starts (a JVM and a session per call made the
+    CLI tests several times slower than the work they check). Tests whose premise is the process
+    itself (spark-submit, exit status of a process, SIGKILL, concurrent writers) start real ones.
+    The job's logging set-up (``basicConfig(force=True)`` onto the redirected stderr) is undone after.
+    """
+    from solaris import cli
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = cli.main(list(argv))
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
+
+
 def build_world(spark, warehouse: Path) -> SolarisConfig:
     """Synthetic events + FM and verifier checkpoints trained on the events up to ``T0``."""
     from solaris.ingest.sources import resolve_source
@@ -88,6 +118,16 @@ def build_world(spark, warehouse: Path) -> SolarisConfig:
     save_checkpoint(train_fm(train, config, 1).model, config.warehouse / "models" / "fm", meta)
     save_checkpoint(train_vm(train, config, 1).model, config.warehouse / "models" / "vm_baseline", meta)
     return config
+
+
+def run_cycle(spark, config: SolarisConfig, as_of: datetime, stages=None):
+    """The hourly cycle in-process: the pipeline's own :func:`solaris.pipeline.run_cycle`."""
+    from solaris import pipeline
+
+    # The shared test session was built from another config: use this world's Arrow batch size, as a
+    # job process would (batch composition decides the last float bits of the FM's outputs).
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(config.spark.arrow_max_records_per_batch))
+    return pipeline.run_cycle(spark, config, as_of, stages=stages)
 
 
 def copy_world(source: Path, target: Path, *extra: str) -> SolarisConfig:

@@ -118,7 +118,7 @@ def test_the_evaluation_fits_a_speculator_once_per_fingerprint(spark, world_temp
     fits = []
     monkeypatch.setattr(train_speculator, "fit", lambda *args: fits.append(args) or fit(*args))
 
-    source = copy_world(world_template, tmp_path / "source", *DEFAULT_SPECULATION, "precompute.speculator.ticks=2")
+    source = copy_world(world_template, tmp_path / "source", *DEFAULT_SPECULATION, "precompute.speculator.ticks=1")
     target = source.model_copy(update={"warehouse": tmp_path / "replay"})
     root = tmp_path / "replay" / "models" / "speculator"
 

@@ -1,6 +1,6 @@
 """The fast lane on real Spark + Delta: after an hourly cycle, a new session gets tier-1 pairs and a snapshot.
 
-The shared world, one hourly cycle at T0 (so there is a snapshot and `user_neighbors`), then two
+The shared world after one hourly cycle at T0 (so there is a snapshot and `user_neighbors`), then two
 brand-new users appended to `events`: one whose first events fall in the fast lane's window, one
 whose first event is after the as-of (must not be picked: point in time).
 """
@@ -12,11 +12,11 @@ from datetime import timedelta
 import pytest
 from pyspark.sql import functions as F
 
-from solaris.pipeline import run_cycle, run_fast_lane, run_ids
+from solaris.pipeline import run_fast_lane, run_ids
 from solaris.precompute.fast_lane import activity_from_events, run_id, select_users
 from solaris.serving.resolver import TIER_PAIR, Resolver
 from tests.conftest import table_checksum
-from tests.world import T0, copy_world
+from tests.world import SMALL, T0, TEST_OVERRIDES, WORLD, copy_world, run_solaris_main, set_args
 
 AS_OF = T0 + timedelta(minutes=15)
 NEW_USER, LATE_USER = 9_000_001, 9_000_002
@@ -37,9 +37,9 @@ def _append_events(spark, config, user_id, moments):
 
 
 @pytest.fixture(scope="module")
-def lane(spark, world_template, tmp_path_factory):
-    config = copy_world(world_template, tmp_path_factory.mktemp("lane") / "warehouse", *LANE)
-    run_cycle(spark, config, T0)
+def lane(spark, served_template, tmp_path_factory):
+    # the served world: the hourly cycle at T0 ran with the world's settings (it reads no fast_lane.* key)
+    config = copy_world(served_template, tmp_path_factory.mktemp("lane") / "warehouse", *LANE)
     _append_events(spark, config, NEW_USER, [AS_OF - timedelta(minutes=9), AS_OF - timedelta(minutes=4)])
     _append_events(spark, config, LATE_USER, [AS_OF + timedelta(minutes=1)])
     return config
@@ -86,12 +86,19 @@ def test_fast_lane_scores_and_publishes_the_new_sessions_only(spark, lane):
 
 
 def test_rerun_of_the_same_tick_changes_no_table(spark, lane):
+    """The rerun through the job's entry point (``solaris fast-lane``, what the DAG's spark-submit runs):
+    its default run id is the tick's, so it replaces its own candidates and leaves its pairs as they are."""
     config = lane
     run_fast_lane(spark, config, AS_OF, run_id(AS_OF))  # idempotent whether or not the test above ran first
     before = {name: table_checksum(config.table_path(name)) for name in ("candidates", "pair_embeddings")}
-    again = run_fast_lane(spark, config, AS_OF, run_id(AS_OF))
+    again = run_solaris_main(["fast-lane", "--as-of", f"{AS_OF:%Y-%m-%dT%H:%M:%SZ}", "--warehouse",
+                              str(config.warehouse), *set_args([*TEST_OVERRIDES, *SMALL, *WORLD, *LANE])])
+    assert again.returncode == 0, again.stderr[-3000:]
     after = {name: table_checksum(config.table_path(name)) for name in ("candidates", "pair_embeddings")}
-    assert before == after and again.score is not None and again.score.written > 0
+    assert before == after
+    report = again.stdout.strip().splitlines()[-1]
+    assert report.startswith("fast lane: users=") and int(report.split("written=")[1].split()[0]) > 0
+    assert "snapshot-20260108T001500Z.json" in report
 
 
 def test_on_the_hour_and_without_new_sessions_nothing_is_written(spark, lane):

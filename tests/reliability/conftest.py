@@ -2,7 +2,8 @@
 
 The world (``world_template``, ``tests/world.py``) is built once per session; every test works on
 its own copy (``fresh_world``), so a test that kills a job or poisons a table cannot affect another.
-Subprocess helpers run the real ``solaris`` command, the same code spark-submit and Airflow run.
+``run_solaris`` calls the real ``solaris`` CLI's main in the test process; ``solaris_command`` starts
+it as a process of its own where the process is the point (kills, concurrent writers).
 """
 
 from __future__ import annotations
@@ -13,25 +14,27 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from solaris.pipeline import STAGE_NAMES
 from tests.conftest import table_checksum
-from tests.world import SMALL, T0, TEST_OVERRIDES, WORLD, copy_world, set_args, world_config
+from tests.world import (
+    SMALL,
+    T0,
+    TEST_OVERRIDES,
+    WORLD,
+    copy_world,
+    run_cycle,
+    run_solaris_main,
+    set_args,
+    world_config,
+)
 
 # Every table a job of the hourly cycle writes (``runs`` is the audit log: checked separately).
 CYCLE_TABLES = ("candidates", "pair_embeddings", "pair_embeddings_log", "quarantine", "user_embeddings",
                 "user_neighbors", "imputed_embeddings", "item_embeddings")
-
-
-@pytest.fixture(scope="session")
-def served_template(spark, world_template) -> Path:
-    """The world after one complete hourly cycle at T0: a snapshot is being served."""
-    warehouse = world_template.parent / "served"
-    shutil.copytree(world_template, warehouse)
-    run_cycle(spark, world_config(warehouse), T0)
-    return warehouse
 
 
 @pytest.fixture(scope="session")
@@ -67,36 +70,33 @@ def checksums(spark, config, names=CYCLE_TABLES) -> dict:
     }
 
 
-def run_cycle(spark, config, as_of, stages=None):
-    """The hourly cycle in-process: the pipeline's own :func:`solaris.pipeline.run_cycle`."""
-    from solaris import pipeline
-
-    # The shared test session was built from another config: use this world's Arrow batch size, as a
-    # job process would (batch composition decides the last float bits of the FM's outputs).
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(config.spark.arrow_max_records_per_batch))
-    return pipeline.run_cycle(spark, config, as_of, stages=stages)
+def solaris_argv(config, *args: str) -> list[str]:
+    """Arguments of the real ``solaris`` CLI for this warehouse and the world's settings."""
+    return [*args, "--warehouse", str(config.warehouse), *set_args([*TEST_OVERRIDES, *SMALL, *WORLD])]
 
 
 def solaris_command(config, *args: str) -> list[str]:
-    """argv of the real ``solaris`` CLI for this warehouse (one JVM per process, like spark-submit)."""
-    return [sys.executable, "-m", "solaris.cli", *args, "--warehouse", str(config.warehouse),
-            *set_args([*TEST_OVERRIDES, *SMALL, *WORLD])]
+    """argv of a ``solaris`` process for this warehouse (one JVM per process, like spark-submit)."""
+    return [sys.executable, "-m", "solaris.cli", *solaris_argv(config, *args)]
 
 
 # A credential-shaped canary in every job's environment: no job log may ever contain it.
 SECRET_CANARY = "canary-8d1f-credential-must-never-be-logged"
+CREDENTIALS = {"AWS_SECRET_ACCESS_KEY": SECRET_CANARY, "SOLARIS_TEST_DB_PASSWORD": SECRET_CANARY}
 
 
 def subprocess_env() -> dict:
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env["AWS_SECRET_ACCESS_KEY"] = env["SOLARIS_TEST_DB_PASSWORD"] = SECRET_CANARY
+    env.update(CREDENTIALS)
     return env
 
 
-def run_solaris(config, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    done = subprocess.run(solaris_command(config, *args), capture_output=True, text=True, timeout=timeout,
-                          env=subprocess_env())
+def run_solaris(config, *args: str) -> subprocess.CompletedProcess:
+    """The ``solaris`` CLI's ``main`` for this warehouse in the test process (:func:`tests.world.run_solaris_main`),
+    the canary credentials in its environment."""
+    with mock.patch.dict(os.environ, CREDENTIALS):
+        done = run_solaris_main(solaris_argv(config, *args))
     assert SECRET_CANARY not in done.stdout + done.stderr, f"solaris {args[0]} logged a secret from its environment"
     return done
 

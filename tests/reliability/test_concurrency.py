@@ -22,7 +22,7 @@ import logging
 import os
 import subprocess
 
-from tests.reliability.conftest import T0, checksums, hours, run_cycle, solaris_command, subprocess_env
+from tests.reliability.conftest import SECRET_CANARY, T0, checksums, hours, run_cycle, solaris_command, subprocess_env
 from tests.world import copy_world
 
 NAMES = ["candidates", "pair_embeddings", "pair_embeddings_log", "quarantine"]
@@ -40,6 +40,7 @@ def test_overlapping_runs_started_together_equal_sequential_runs(spark, fresh_wo
     outputs = [job.communicate(timeout=900)[0] for job in jobs]
     for job, output in zip(jobs, outputs):
         assert job.returncode == 0, output[-3000:]
+        assert SECRET_CANARY not in output, "score logged a secret from its environment"
 
     for n in (1, 2):  # the reference: the same two runs one after the other (same code, in-process)
         run_cycle(spark, sequential, T0 + hours(n), stages=["score"])
