@@ -18,6 +18,7 @@ import io
 import logging
 import shutil
 import subprocess
+from collections.abc import Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from datetime import datetime, timezone
 from pathlib import Path
@@ -73,6 +74,12 @@ def world_config(warehouse: Path | str, *extra: str) -> SolarisConfig:
 def set_args(overrides) -> list[str]:
     """``--set key=value`` arguments of the ``solaris`` CLI for a list of overrides."""
     return [arg for override in overrides for arg in ("--set", override)]
+
+
+def world_argv(warehouse: Path | str, *args: str, extra: Sequence[str] = ()) -> list[str]:
+    """Arguments of the real ``solaris`` CLI on a copy of the world: ``args``, its warehouse, the
+    settings of :func:`world_config` (``SMALL + WORLD``, then ``extra``)."""
+    return [*args, "--warehouse", str(warehouse), *set_args([*TEST_OVERRIDES, *SMALL, *WORLD, *extra])]
 
 
 def run_solaris_main(argv: list[str]) -> subprocess.CompletedProcess:

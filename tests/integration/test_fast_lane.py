@@ -16,7 +16,7 @@ from solaris.pipeline import run_fast_lane, run_ids
 from solaris.precompute.fast_lane import activity_from_events, run_id, select_users
 from solaris.serving.resolver import TIER_PAIR, Resolver
 from tests.conftest import table_checksum
-from tests.world import SMALL, T0, TEST_OVERRIDES, WORLD, copy_world, run_solaris_main, set_args
+from tests.world import T0, copy_world, run_solaris_main, world_argv
 
 AS_OF = T0 + timedelta(minutes=15)
 NEW_USER, LATE_USER = 9_000_001, 9_000_002
@@ -91,8 +91,8 @@ def test_rerun_of_the_same_tick_changes_no_table(spark, lane):
     config = lane
     run_fast_lane(spark, config, AS_OF, run_id(AS_OF))  # idempotent whether or not the test above ran first
     before = {name: table_checksum(config.table_path(name)) for name in ("candidates", "pair_embeddings")}
-    again = run_solaris_main(["fast-lane", "--as-of", f"{AS_OF:%Y-%m-%dT%H:%M:%SZ}", "--warehouse",
-                              str(config.warehouse), *set_args([*TEST_OVERRIDES, *SMALL, *WORLD, *LANE])])
+    again = run_solaris_main(world_argv(config.warehouse, "fast-lane", "--as-of", f"{AS_OF:%Y-%m-%dT%H:%M:%SZ}",
+                                        extra=LANE))
     assert again.returncode == 0, again.stderr[-3000:]
     after = {name: table_checksum(config.table_path(name)) for name in ("candidates", "pair_embeddings")}
     assert before == after

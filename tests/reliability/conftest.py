@@ -20,17 +20,7 @@ import pytest
 
 from solaris.pipeline import STAGE_NAMES
 from tests.conftest import table_checksum
-from tests.world import (
-    SMALL,
-    T0,
-    TEST_OVERRIDES,
-    WORLD,
-    copy_world,
-    run_cycle,
-    run_solaris_main,
-    set_args,
-    world_config,
-)
+from tests.world import T0, copy_world, run_cycle, run_solaris_main, world_argv, world_config
 
 # Every table a job of the hourly cycle writes (``runs`` is the audit log: checked separately).
 CYCLE_TABLES = ("candidates", "pair_embeddings", "pair_embeddings_log", "quarantine", "user_embeddings",
@@ -70,14 +60,9 @@ def checksums(spark, config, names=CYCLE_TABLES) -> dict:
     }
 
 
-def solaris_argv(config, *args: str) -> list[str]:
-    """Arguments of the real ``solaris`` CLI for this warehouse and the world's settings."""
-    return [*args, "--warehouse", str(config.warehouse), *set_args([*TEST_OVERRIDES, *SMALL, *WORLD])]
-
-
 def solaris_command(config, *args: str) -> list[str]:
     """argv of a ``solaris`` process for this warehouse (one JVM per process, like spark-submit)."""
-    return [sys.executable, "-m", "solaris.cli", *solaris_argv(config, *args)]
+    return [sys.executable, "-m", "solaris.cli", *world_argv(config.warehouse, *args)]
 
 
 # A credential-shaped canary in every job's environment: no job log may ever contain it.
@@ -96,7 +81,7 @@ def run_solaris(config, *args: str) -> subprocess.CompletedProcess:
     """The ``solaris`` CLI's ``main`` for this warehouse in the test process (:func:`tests.world.run_solaris_main`),
     the canary credentials in its environment."""
     with mock.patch.dict(os.environ, CREDENTIALS):
-        done = run_solaris_main(solaris_argv(config, *args))
+        done = run_solaris_main(world_argv(config.warehouse, *args))
     assert SECRET_CANARY not in done.stdout + done.stderr, f"solaris {args[0]} logged a secret from its environment"
     return done
 
