@@ -1,1 +1,1 @@
-"""Enrichment: pair embeddings -> user aggregates (tier 2), user neighbours (KNN) and imputed users (tier 3)."""
+"""Enrichment: pair embeddings -> user aggregates (tier 3), user neighbours (KNN) and imputed users (tier 4)."""

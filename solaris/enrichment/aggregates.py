@@ -1,9 +1,9 @@
-"""Hierarchical gap filling, the pure math (numpy only): tier 2 user aggregates, tier 3 imputation.
+"""Hierarchical gap filling, the pure math (numpy only): tier 3 user aggregates, tier 4 imputation.
 
 * :func:`aggregate_users` - a user's embedding is the mean of their pair embeddings computed in the
   window (plain, or recency-weighted with a half-life so the last hours count more), optionally
-  L2-normalised. Tier 2 serves it for any item of that user.
-* :func:`impute_users` - a user with no servable tier-1/tier-2 value borrows the
+  L2-normalised. Tier 3 serves it for any item of that user.
+* :func:`impute_users` - a user with no servable user aggregate (tier 3) borrows the
   similarity-weighted mean of their KNN neighbours' aggregates; only neighbours that have one and
   whose similarity clears the floor count, and too few of them means no imputation (tier stays
   "none" rather than serving noise).

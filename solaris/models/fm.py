@@ -125,7 +125,7 @@ class FoundationModel(nn.Module):
         return user, encoded, padding, empty, summary
 
     def user_representation(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """D-dim user-only vector from id + history (no item): the KNN space of tier 3."""
+        """D-dim user-only vector from id + history (no item): the KNN space of tiers 2 and 4."""
         return self._user_parts(batch)[-1]
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""Tier 3: impute an embedding for users without a servable user aggregate, from their neighbours.
+"""Tier 4: impute an embedding for users without a servable user aggregate, from their neighbours.
 
 At ``--as-of t``: for every user in ``user_neighbors`` with no ``user_embeddings`` row servable at
 ``t`` (``expires_at > t``), the similarity-weighted mean of the aggregates of those neighbours
@@ -44,7 +44,7 @@ SCHEMA = ("user_id long, embedding binary, n_neighbors int, mean_similarity floa
 
 @dataclass(frozen=True)
 class ImputeResult:
-    """Users without a servable aggregate, how many of them got a tier-3 value, how many could not."""
+    """Users without a servable aggregate, how many of them got a tier-4 value, how many could not."""
 
     users_without_aggregate: int
     imputed: int

@@ -1,7 +1,7 @@
 """Item tiers: per-item mean of the pair embeddings computed in the last window (tier 5, default
 24 h), and for the other recently engaged items, imputation from the FM's item space (tier 6).
 
-Why: tiers 1-3 are keyed by the requesting user, so a user with no event before the snapshot (the
+Why: tiers 1-4 are keyed by the requesting user, so a user with no event before the snapshot (the
 first hour of an onboarding burst) is served nothing. The item's own mean interaction embedding is
 the best a brand-new user can get: it says how the FM sees this item across the users it was just
 scored for. The resolver tries it last (``solaris.tiers.TIER_ITEM``).

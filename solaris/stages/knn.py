@@ -1,4 +1,4 @@
-"""Tier 3 preparation: k nearest neighbours of every known user in the FM's user space (FAISS).
+"""Tiers 2 and 4 preparation: k nearest neighbours of every known user in the FM's user space (FAISS).
 
 At ``--as-of t``: each user's FM user-only representation is computed from their events up to
 ``t`` (``udfs/knn`` in ``mapInArrow``) and cached once. One pass over the cache brings the driver
