@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 import numpy as np
 
+from solaris import provenance
 from solaris.drivers import replay
 from solaris.evaluation import protocol as evaluation
 from solaris.evaluation.bootstrap import ScoredRequests, bootstrap_intervals
@@ -433,12 +434,12 @@ def train_models(
 
     def fit_fm() -> tuple[nn.Module, dict[str, Any]]:
         result = train_fm(events, config, replay_seed, features=features, rows=rows.pre)
-        return result.model, training_metadata("fm", cutoff, replay_seed, events_pre, result)
+        return result.model, training_metadata("fm", cutoff, replay_seed, events_pre, result, config=config)
 
     def fit_vm(of_seed: int) -> Callable[[], tuple[nn.Module, dict[str, Any]]]:
         def fit() -> tuple[nn.Module, dict[str, Any]]:
             result = train_vm(events_pre, config, of_seed, "baseline", features=features_pre, training=vm_training)
-            return result.model, training_metadata("vm_baseline", cutoff, of_seed, events_pre, result)
+            return result.model, training_metadata("vm_baseline", cutoff, of_seed, events_pre, result, config=config)
         return fit
 
     serving = replay_dir / "models"
@@ -462,7 +463,9 @@ def train_models(
         teacher, used = _teacher_logits(config, rows, events, features, fm, fm_version, replay_seed, replay_dir)
         result = train_vm(events_pre, config, seed, "distilled", teacher_logits=teacher, features=features_pre,
                           training=vm_training)
-        return result.model, training_metadata("vm_distilled", cutoff, seed, events_pre, result, **used)
+        in_sample = {"teacher_fm": fm_version} if config.model.distillation.teacher == "in-sample" else {}
+        return result.model, training_metadata("vm_distilled", cutoff, seed, events_pre, result, config=config,
+                                               models=in_sample, **used)
 
     # in-sample soft labels are the served FM's own: its version is an input of the distilled VM
     distilled_inputs = {
@@ -1003,6 +1006,7 @@ def run(
     outcomes = [_evaluate_window(session, config, data, window, seeds=seeds, out_dir=out_dir, force=force,
                                  force_cleared=cleared) for window in windows]
     intervals = _intervals(config, outcomes)
+    per_seed = tuple(result for o in outcomes for result in o.results)
     summary = EvaluationSummary.of(
         evaluation.aggregate_seeds([result for o in outcomes for result in o.results]),
         output=str(out_dir),
@@ -1018,10 +1022,15 @@ def run(
         warehouse=str(config.warehouse),
         seeds=tuple(seeds),
         intervals=intervals,
-        per_seed=tuple(result for o in outcomes for result in o.results),
+        per_seed=per_seed,
         wall_s=time.monotonic() - wall,
         adapter=config.model.adapter,
+        provenance=provenance.collect(config, data.events.digest(), {
+            f"{result.t0} seed {result.seed} {role}": str(version)
+            for result in per_seed for role, version in dict(result.models.get("versions", {})).items()
+        }),
     )
+    log.info("provenance: %s", summary.provenance.describe() if summary.provenance else "n/a")
     paths = write_report(out_dir, summary)
     log.info("evaluation written: %s", ", ".join(str(p) for p in paths))
     return summary

@@ -40,6 +40,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from solaris.models import metrics
+from solaris.provenance import events_digest  # noqa: F401 - the evaluation's fingerprints hash events with it
 from solaris.tiers import SERVING_ORDER
 from solaris.timeutil import utc_stamp
 
@@ -541,17 +542,3 @@ def step_fingerprint(config: SolarisConfig, step: str, **inputs: Any) -> str:
     settings = {dotted: _setting(config, dotted) for dotted in STEP_SETTINGS[step]}
     text = json.dumps({"step": step, "settings": settings, "inputs": inputs}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
-
-
-def events_digest(user_id: np.ndarray, item_id: np.ndarray, ts: np.ndarray, label: np.ndarray,
-                  feedback: np.ndarray | None = None) -> str:
-    """Content hash of an event window (ids, times, labels, feedback levels when given): a re-ingest
-    or an edit changes it."""
-    digest = hashlib.sha256()
-    arrays = [(user_id, np.int64), (item_id, np.int64), (ts, np.int64), (label, np.float32)]
-    if feedback is not None:
-        arrays.append((feedback, np.int64))
-    for array, dtype in arrays:
-        digest.update(np.ascontiguousarray(array, dtype=dtype).tobytes())
-    digest.update(str(np.asarray(ts).size).encode())
-    return digest.hexdigest()[:20]

@@ -36,6 +36,7 @@ from solaris.evaluation.protocol import (
     VariantSummary,
     cumulative_key,
 )
+from solaris.provenance import Provenance
 from solaris.tiers import SERVING_ORDER, TIER_NAMES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,6 +105,7 @@ class EvaluationSummary:
     per_seed: tuple[SeedResult, ...]
     wall_s: float
     adapter: AdapterConfig | None = None  # how the VM+SOLARIS variants read the served values
+    provenance: Provenance | None = None  # the code, config, events and models behind these figures
 
     @classmethod
     def of(cls, aggregate: SeedAggregate, **parts: Any) -> EvaluationSummary:
@@ -119,6 +121,7 @@ class EvaluationSummary:
             "cost": self.cost.to_dict(), "intervals": self.intervals.to_dict(),
             "per_seed": [result.to_dict() for result in self.per_seed], "wall_s": self.wall_s,
             **({"adapter": self.adapter.model_dump(mode="json")} if self.adapter is not None else {}),
+            **({"provenance": self.provenance.to_dict()} if self.provenance is not None else {}),
         }
 
 
@@ -271,6 +274,7 @@ def _setup_lines(summary: EvaluationSummary) -> list[str]:
         "- Every feature is point-in-time: histories strictly before the request; FM embeddings from the snapshot "
         "published at the last tick before it (older than the request, TTL enforced by the resolver); the "
         "oracle's from the history strictly before that tick.",
+        *([] if summary.provenance is None else [f"- Provenance: {summary.provenance.describe()} (metrics.json)."]),
     ]
 
 

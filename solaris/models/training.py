@@ -12,13 +12,14 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Literal, overload
+from typing import Any, Callable, Literal, Mapping, overload
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
+from solaris import provenance
 from solaris.config import SolarisConfig, TrainingConfig
 from solaris.models import metrics
 from solaris.models.adapter import AdaptedVM, AdapterFit, AdapterSpec, fit_adapter
@@ -250,16 +251,23 @@ class EventArrays:
         """Each event's features at its own time (:func:`training_features`), feedback levels included."""
         return training_features(self.user_id, self.item_id, self.ts, self.label, history_length, self.feedback)
 
+    def digest(self) -> str:
+        """Content hash of these events (:func:`solaris.provenance.events_digest`)."""
+        return provenance.events_digest(self.user_id, self.item_id, self.ts, self.label, self.feedback)
+
 
 def training_metadata(
-    role: str, as_of: datetime, seed: int, events: EventArrays, result: TrainResult, **extra: Any
+    role: str, as_of: datetime, seed: int, events: EventArrays, result: TrainResult, *, config: SolarisConfig,
+    models: Mapping[str, str] | None = None, **extra: Any
 ) -> dict:
-    """What a checkpoint records about its training (docs/architecture.md §8): as-of, data range, metrics."""
+    """What a checkpoint records about its training (docs/architecture.md §8): as-of, data range, metrics,
+    and its provenance (code, config digest, the training events' digest, the models it learned from)."""
     return {
         "role": role, "as_of": as_of.isoformat(), "seed": seed,
         "data_range": [int(events.ts.min()), int(events.ts.max())], "n_events": len(events),
         "validation": result.validation, "epochs": result.epochs, "best_epoch": result.best_epoch,
         "train_seconds": result.seconds, **extra,
+        "provenance": provenance.collect(config, events.digest(), models).to_dict(),
     }
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from solaris.errors import RefusedError
+from solaris.provenance import Provenance
 
 LATEST = "LATEST"
 SNAPSHOTS_DIR = "snapshots"
@@ -62,6 +63,7 @@ class Manifest:
     row_counts: dict[str, int] = field(default_factory=dict)
     coverage: ManifestCoverage | None = None
     neighbor_pairs: NeighborPairRule | None = None  # None: the neighbour-pair tier is off
+    provenance: Provenance | None = None  # None in manifests written before it was recorded
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
@@ -95,6 +97,7 @@ class Manifest:
                     min_neighbors=int(raw["neighbor_pairs"]["min_neighbors"]),
                     min_similarity=float(raw["neighbor_pairs"]["min_similarity"]),
                 ),
+                provenance=None if raw.get("provenance") is None else Provenance.from_dict(raw["provenance"]),
             )
         except KeyError as missing:
             raise ValueError(f"manifest field {missing} is missing") from None

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from solaris import provenance
 from solaris.runtime import JobInputError
 from solaris.serving.snapshots import (
     SNAPSHOTS_DIR,
@@ -34,7 +35,7 @@ from solaris.serving.snapshots import (
     write_manifest,
 )
 from solaris.storage.audit import RunRecord
-from solaris.storage.tables import logged_row_count, rows_at_version, table_exists, table_version
+from solaris.storage.tables import logged_row_count, rows_at_version, table_digest, table_exists, table_version
 from solaris.storage.validity import servable_column, servable_filter
 from solaris.timeutil import utc_stamp
 
@@ -217,6 +218,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         neighbor_pairs=NeighborPairRule(config.enrichment.neighbor_pair_min_neighbors,
                                         config.enrichment.neighbor_pair_min_similarity)
         if config.enrichment.neighbor_pairs else None,
+        provenance=provenance.collect(config, table_digest(config.table_path("events")),
+                                      {"fm": ",".join(stats.fm_versions)} if stats.fm_versions else {}),
     )
     manifest_path = write_manifest(directory, manifest, config.enrichment.snapshots_kept)
     record.rows_out = sum(counts.values())

@@ -37,7 +37,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     log.info("training FM on %d events (%d users) up to %s on %s", len(events), len(set(events.user_id)), as_of,
              device)
     result = train_fm(events, config, seed, device=device)
-    folder = save_checkpoint(result.model, output, training_metadata("fm", as_of, seed, events, result))
+    folder = save_checkpoint(result.model, output, training_metadata("fm", as_of, seed, events, result, config=config))
     record.rows_in, record.rows_out = len(events), 1
     record.details = {"checkpoint": str(folder), "version": folder.name, **result.validation}
     record.write(spark, config, "success")

@@ -54,7 +54,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         teacher_logits, teacher_info = distillation_teacher_logits(events, config, seed, features, teacher[0])
     log.info("training VM[%s] on %d events up to %s", variant, len(events), as_of)
     result = train_vm(events, config, seed, variant, teacher_logits=teacher_logits, features=features)
-    metadata = training_metadata(f"vm_{variant}", as_of, seed, events, result,
+    metadata = training_metadata(f"vm_{variant}", as_of, seed, events, result, config=config,
+                                 models={} if teacher is None else {"teacher_fm": teacher[1]},
                                  teacher_fm_version=None if teacher is None else teacher[1], **teacher_info)
     folder = save_checkpoint(result.model, output, metadata)
     record.rows_in, record.rows_out = len(events), 1

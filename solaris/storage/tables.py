@@ -123,6 +123,24 @@ def _add_actions(path: str, version: int | None = None) -> Any:
     return pa.table(DeltaTable(path, version=version).get_add_actions(flatten=True))
 
 
+def table_digest(path: str) -> str | None:
+    """Digest of a Delta table's content at its latest version, from its log (no data read): its live files'
+    names and sizes, which Delta never rewrites in place. None when the table does not exist."""
+    import hashlib
+
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        files = _add_actions(path)
+    except TableNotFoundError:
+        return None
+    digest = hashlib.sha256()
+    names, sizes = files.column("path").to_pylist(), files.column("size_bytes").to_pylist()
+    for name, size in sorted(zip(names, sizes, strict=True)):
+        digest.update(f"{name}\t{size}\n".encode())
+    return digest.hexdigest()[:20]
+
+
 def logged_row_count(path: str, version: int | None = None) -> int | None:
     """Rows of the table at ``version`` from its log's per-file statistics, reading no data; None when a
     file has no row count (then only reading it would tell)."""

@@ -150,6 +150,8 @@ def test_resolver_serves_the_published_snapshot_with_tiers(spark, replayed):
     resolver = Resolver.from_snapshots(snapshots)
     manifest = json.loads((snapshots / (snapshots / "LATEST").read_text().strip()).read_text())
     assert resolver.tables.snapshot_id == manifest["snapshot_id"] == "snapshot-20260108T010000Z"
+    provenance = manifest["provenance"]  # the code, config, events and FM behind the snapshot
+    assert provenance["events_digest"] and provenance["models"]["fm"] and provenance["config_digest"]
     pairs = _table(spark, config, "pair_embeddings").toPandas().head(5)
     now = T0 + timedelta(hours=1, minutes=30)
     emb, tier, age = resolver.resolve(pairs.user_id, pairs.item_id, now)

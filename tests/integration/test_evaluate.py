@@ -92,6 +92,10 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(first_run,
         assert comparisons[key]["variant"] == variant and comparisons[key]["reference"] == reference, key
         assert comparisons[key]["ne_difference"]["estimate"] is not None, key
     assert summary["variants"]["fm"]["auc"]["mean"] > 0.55  # positive control: real labels carry signal
+    provenance = summary["provenance"]  # where these figures came from
+    assert provenance["code"].startswith("git:") and len(provenance["config_digest"]) == 16
+    assert provenance["events_digest"] and provenance["packages"]["torch"]
+    assert {key.split()[-1] for key in provenance["models"]} >= {"fm", "verifier", "vm_baseline", "vm_distilled"}
     # per serving tier: the requests it answered, shares summing to the served share (tier 0 is no tier)
     strata = summary["intervals"]["per_tier"]
     assert strata and sum(cell["share"] for cell in strata.values()) <= 1 + 1e-9

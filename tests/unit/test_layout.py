@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("solaris", "solaris.errors", "solaris.timeutil", "solaris.config", "solaris.tiers"),
+    ("solaris", "solaris.errors", "solaris.timeutil", "solaris.config", "solaris.tiers", "solaris.provenance"),
     ("solaris.spark", "solaris.runtime", "solaris.storage", "solaris.class_archive", "solaris.tick"),
     ("solaris.ingest",),
     ("solaris.models",),
