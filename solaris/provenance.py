@@ -67,7 +67,10 @@ class Provenance:
 
 
 def code_version(checkout: Path = _CHECKOUT) -> str:
-    """``git:<commit>[+dirty]`` when ``checkout`` is a git work tree, else the installed package's version."""
+    """``git:<commit>[+dirty]`` when ``checkout`` is the top of a git work tree (an editable install), else the
+    installed package's version (a wheel in a venv that happens to sit inside some clone is not that clone)."""
+    if not (checkout / ".git").exists():
+        return f"solaris-pipeline {_installed('solaris-pipeline') or 'unknown'}"
     try:
         commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=10, check=True).stdout.strip()
