@@ -72,7 +72,7 @@ if [ -f "$venv/.complete" ]; then
 else
   cache_lock
   if [ -f "$venv/.complete" ]; then
-    echo "[setup] reusing dependency virtualenv $venv (built by the set-up waited for)"
+    echo "[setup] reusing dependency virtualenv $venv (built by the set-up it waited for)"
   else
     echo "[setup] creating dependency virtualenv $venv (first time for these requirements; torch is large)"
     rm -rf "$venv"  # an incomplete one, left by a set-up from before this lock
