@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -46,11 +47,22 @@ def _environment(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _start(env: dict[str, str], log: Path) -> subprocess.Popen[str]:
     with log.open("w") as stderr:
-        return subprocess.Popen(["bash", str(SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        return subprocess.Popen(["bash", str(SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                start_new_session=True)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """A set-up the test gives up on, with its children (pip, the hook)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def _finish(process: subprocess.Popen[str]) -> str:
-    out, _ = process.communicate(timeout=SAFETY_TIMEOUT)
+    try:
+        out, _ = process.communicate(timeout=SAFETY_TIMEOUT)
+    finally:
+        _stop(process)
     assert process.returncode == 0
     return out.strip()
 
@@ -96,6 +108,10 @@ def test_two_set_ups_at_once_build_the_venv_once(tmp_path):
             assert all(process.poll() is None for process in processes), [log.read_text() for log in logs]
             assert time.monotonic() < deadline, [log.read_text() for log in logs]
             time.sleep(0.05)
+    except BaseException:
+        for process in processes:
+            _stop(process)
+        raise
     finally:
         (gate / "open").touch()
     venvs = [_finish(process) for process in processes]
