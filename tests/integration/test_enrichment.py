@@ -83,6 +83,7 @@ def test_item_aggregate_is_the_mean_over_users_and_serves_a_user_with_no_history
     never_seen_user = 10**12
     emb, tier, _ = resolver.resolve([never_seen_user], [row.item_id], row.computed_at.to_pydatetime())
     assert tier.tolist() == [TIER_ITEM]
+    # bit-exact: the resolver copies the stored vector, no arithmetic
     np.testing.assert_array_equal(emb[0], decode([row.embedding], dim)[0])
 
 
@@ -127,6 +128,7 @@ def test_items_without_an_aggregate_are_imputed_from_the_fm_item_space_and_serve
     resolver = Resolver.from_snapshots(config.warehouse / "snapshots")
     emb, tier, _ = resolver.resolve([10**12], [row.item_id], as_of)
     assert tier.tolist() == [TIER_IMPUTED_ITEM]
+    # bit-exact: the resolver copies the stored vector, no arithmetic
     np.testing.assert_array_equal(emb[0], decode([row.embedding], dim)[0])
 
 

@@ -10,6 +10,7 @@ from solaris.models.features import (
     time_split,
     training_features,
 )
+from tests.tolerance import assert_close
 
 # user 1: items 10 (t=100, liked), 11 (t=200), 12 and 13 at the same second t=300 (13 liked)
 USERS = np.array([1, 1, 1, 1, 2])
@@ -114,12 +115,13 @@ def test_features_from_histories_match_the_history_index():
                                   item_count=np.full(20, (items == 7).sum()),
                                   item_likes=np.full(20, labels[items == 7].sum()), user_count=user_counts,
                                   request_ts=request, history_length=6)
-    np.testing.assert_array_equal(got.hist_mask, expected.hist_mask)
+    np.testing.assert_array_equal(got.hist_mask, expected.hist_mask)  # bit-exact: boolean masks
+    # bit-exact: 0/1 labels gathered, no arithmetic
     np.testing.assert_array_equal(got.hist_labels, expected.hist_labels)
-    np.testing.assert_array_equal(got.hist_feedback, expected.hist_feedback)
+    np.testing.assert_array_equal(got.hist_feedback, expected.hist_feedback)  # bit-exact: integer feedback levels
     np.testing.assert_allclose(got.hist_age, expected.hist_age, atol=1e-6)
     np.testing.assert_allclose(got.user_recency, expected.user_recency, atol=1e-6)
-    np.testing.assert_array_equal(got.item_pop, expected.item_pop)
+    assert_close(got.item_pop, expected.item_pop)  # log1p of the counts in two functions: the formula, not the bits
     for name in ("user_like_rate", "user_log_count", "item_like_rate"):
         np.testing.assert_allclose(getattr(got, name), getattr(expected, name), rtol=1e-6)
     # same-timestamp ties may order differently; the multiset of items per user must agree
