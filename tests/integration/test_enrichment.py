@@ -316,6 +316,8 @@ def test_knn_on_the_driver_writes_the_lists_of_the_distributed_search(spark, rep
     assert (distributed.search_on, local.search_on) == ("spark", "driver")
     assert local.index_reused and (local.clusters, local.nprobe) == (distributed.clusters, distributed.nprobe)
     assert len(driver_lists) == distributed.users > 2 and any(len(row[1]) == 5 for row in driver_lists)
+    # bit-exact (similarities too): the driver repeats the Spark groups' per-cluster FAISS searches on the
+    # same members and queries in user-id order (knn.ivf_neighbours), in this process on this machine
     assert driver_lists == spark_lists
     # the recall's exact reference is computed per partition in Spark and over everyone on the driver:
     # the same neighbours up to float near-ties at the k-th place
