@@ -8,6 +8,8 @@ another (issue #72). So each ``torch.equal`` / ``array_equal`` / ``assert_equal`
 ``# bit-exact: <why>`` on its line or on the comment line right above it; a float comparison the
 code does not promise exactly uses :mod:`tests.tolerance` instead. The rule is textual on purpose:
 whether an array holds floats is not known before the test runs, and a reader needs the reason anyway.
+A bare ``==`` on floats is not scanned (by text it looks like any integer comparison): it follows the
+same rule, by review.
 """
 
 from __future__ import annotations
