@@ -26,8 +26,9 @@ def test_fm_outputs_pair_embedding_logit_and_user_representation():
 
 
 def test_fm_is_deterministic_given_seed():
-    """The seed draws the weights bit-for-bit; the outputs of two models built apart agree within the
-    tolerance (their matmuls may take differently aligned buffers, the kernel another path)."""
+    """The seed draws the weights: bit-for-bit the same in one process (not across CPUs: torch's
+    ``ATEN_CPU_CAPABILITY=default`` and ``avx2`` kernels draw different normals). The two models'
+    outputs are compared as model outputs are, within the tolerance."""
     features, _ = small_features()
     weights, outputs = [], []
     for _ in range(2):
