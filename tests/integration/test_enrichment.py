@@ -83,6 +83,7 @@ def test_item_aggregate_is_the_mean_over_users_and_serves_a_user_with_no_history
     never_seen_user = 10**12
     emb, tier, _ = resolver.resolve([never_seen_user], [row.item_id], row.computed_at.to_pydatetime())
     assert tier.tolist() == [TIER_ITEM]
+    # bit-exact: the resolver copies the stored vector, no arithmetic
     np.testing.assert_array_equal(emb[0], decode([row.embedding], dim)[0])
 
 
@@ -127,6 +128,7 @@ def test_items_without_an_aggregate_are_imputed_from_the_fm_item_space_and_serve
     resolver = Resolver.from_snapshots(config.warehouse / "snapshots")
     emb, tier, _ = resolver.resolve([10**12], [row.item_id], as_of)
     assert tier.tolist() == [TIER_IMPUTED_ITEM]
+    # bit-exact: the resolver copies the stored vector, no arithmetic
     np.testing.assert_array_equal(emb[0], decode([row.embedding], dim)[0])
 
 
@@ -316,6 +318,8 @@ def test_knn_on_the_driver_writes_the_lists_of_the_distributed_search(spark, rep
     assert (distributed.search_on, local.search_on) == ("spark", "driver")
     assert local.index_reused and (local.clusters, local.nprobe) == (distributed.clusters, distributed.nprobe)
     assert len(driver_lists) == distributed.users > 2 and any(len(row[1]) == 5 for row in driver_lists)
+    # bit-exact (similarities too): the driver repeats the Spark groups' per-cluster FAISS searches on the
+    # same members and queries in user-id order (knn.ivf_neighbours), in this process on this machine
     assert driver_lists == spark_lists
     # the recall's exact reference is computed per partition in Spark and over everyone on the driver:
     # the same neighbours up to float near-ties at the k-th place

@@ -142,6 +142,7 @@ def test_the_evaluation_reads_the_events_without_spark_as_spark_would(spark, tem
         with_spark = EventArrays.from_frame(events_until(spark, config, as_of))
         without = EventArrays.from_frame(on_driver)
         for name in ("user_id", "item_id", "ts", "label", "feedback"):
+            # bit-exact: the same stored values read two ways, no arithmetic
             np.testing.assert_array_equal(getattr(without, name), getattr(with_spark, name), err_msg=name)
         return without
 

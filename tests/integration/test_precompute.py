@@ -170,7 +170,7 @@ def test_spark_sql_view_decodes_embeddings(spark, world):
     )
     assert rows
     for row in rows:
-        np.testing.assert_array_equal(
+        np.testing.assert_array_equal(  # bit-exact: one codec's bytes decoded two ways
             np.array(row["embedding_array"], dtype=np.float32), decode([row["embedding"]], 16)[0]
         )
 

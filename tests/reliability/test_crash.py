@@ -87,6 +87,7 @@ def test_sigkill_during_the_pair_embeddings_write_then_rerun(spark, fresh_world,
     assert delta.to_pyarrow_table().num_rows == before["pair_embeddings"][0]
     assert latest_manifest_path(config.warehouse / "snapshots") == manifest
     for got, expected in zip(_resolve(manifest, T0 + hours(1)), served_before):
+        # bit-exact: one snapshot read twice; the resolver copies, no arithmetic
         np.testing.assert_array_equal(got, expected)
 
     run_cycle(spark, config, T0 + hours(1), stages=["score"])  # the rerun

@@ -52,13 +52,13 @@ def test_many_users_per_call_each_get_their_own_mean_and_latest_row():
     computed = np.array([10, 30, 5, 40, 20, 20, 1]) + AS_OF - 100
     result = aggregate_users(ids, vectors, computed, AS_OF, l2_normalize=True)
     # user 9 has a zero mean -> no row under l2; user 8's NaN row is left out of the mean ...
-    np.testing.assert_array_equal(result.user_ids, [3, 5, 8])
-    np.testing.assert_array_equal(result.n_pairs, [2, 1, 2])
+    np.testing.assert_array_equal(result.user_ids, [3, 5, 8])  # bit-exact: integer ids
+    np.testing.assert_array_equal(result.n_pairs, [2, 1, 2])  # bit-exact: integer counts
     np.testing.assert_allclose(result.embeddings, [[2 / 5**0.5, 1 / 5**0.5], [0.5**0.5] * 2, [0.6, 0.8]], rtol=1e-6)
     # ... but is still user 8's latest pair (its fm_version labels the aggregate); ties go to the later row
-    np.testing.assert_array_equal(result.latest_row, [1, 2, 3])
+    np.testing.assert_array_equal(result.latest_row, [1, 2, 3])  # bit-exact: integer row numbers
     tie = aggregate_users(np.array([4, 4]), np.ones((2, 1)), np.array([AS_OF, AS_OF]), AS_OF)
-    np.testing.assert_array_equal(tie.latest_row, [1])
+    np.testing.assert_array_equal(tie.latest_row, [1])  # bit-exact: integer row numbers
 
 
 def _reference_aggregate(vectors, computed, mode, half_life, l2):
@@ -128,18 +128,19 @@ def test_imputation_of_many_users_per_call():
     vectors = np.array([[1, 0], [0, 1], [1, 1], [2, 2], [9, 9], [9, 9], [1, 3], [np.nan, 0]])
     result = impute_users(ids, sims, vectors, min_neighbors=2, min_similarity=0.1)
     # user 4 has one usable neighbour (similarity 0 never counts); user 6's usable ones include a NaN
-    np.testing.assert_array_equal(result.user_ids, [1])
+    np.testing.assert_array_equal(result.user_ids, [1])  # bit-exact: integer ids
     np.testing.assert_allclose(result.embeddings[0], [(0.9 + 0.2) / 1.6, (0.5 + 0.2) / 1.6], rtol=1e-6)
     assert result.n_neighbors.tolist() == [3] and result.mean_similarity[0] == pytest.approx(1.6 / 3)
     loose = impute_users(ids, sims, np.nan_to_num(vectors), min_neighbors=1, min_similarity=0.1)
-    np.testing.assert_array_equal(loose.user_ids, [1, 4, 6])
+    np.testing.assert_array_equal(loose.user_ids, [1, 4, 6])  # bit-exact: integer ids
+    # bit-exact: integer row numbers
     np.testing.assert_array_equal(loose.first_row, [0, 3, 5])  # the user's first listed neighbour
     np.testing.assert_allclose(loose.embeddings[2], [0.7 / 1.3, 2.1 / 1.3], rtol=1e-6)
     assert loose.mean_similarity.dtype == np.float32 and loose.embeddings.dtype == np.float32
 
 
 def test_group_starts_and_batches_cut_only_between_users():
-    np.testing.assert_array_equal(group_starts(np.array([2, 2, 3, 7, 7, 7])), [0, 2, 3])
+    np.testing.assert_array_equal(group_starts(np.array([2, 2, 3, 7, 7, 7])), [0, 2, 3])  # bit-exact: integer offsets
     ids = [1, 1, 2, 2, 2, 2, 2, 3, 4, 4]
     batches = [pa.record_batch({"user_id": pa.array(ids[i:j], pa.int64()), "x": pa.array(range(i, j))})
                for i, j in [(0, 3), (3, 5), (5, 6), (6, 6), (6, 10)]]

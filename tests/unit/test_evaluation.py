@@ -46,6 +46,7 @@ def test_tier_ablation_hides_higher_tiers_as_nothing_served():
     tiers = np.array([0, 1, 2, 3])
     fed, fed_tiers = evaluation.served_up_to_tier(vectors, tiers, 2)
     assert fed_tiers.tolist() == [0, 1, 2, 0]
+    # bit-exact: served vectors are copied, no arithmetic
     assert np.array_equal(fed[[1, 2]], vectors[[1, 2]]) and not fed[[0, 3]].any()
     assert evaluation.served_up_to_tier(vectors, tiers, 3)[1].tolist() == [0, 1, 2, 3]
 
@@ -432,14 +433,18 @@ def test_the_placebo_permutes_vectors_within_each_tier_only():
     for tier in np.unique(tiers):
         mine = tiers == tier
         # the same rows, reordered: sorting the rows of the tier gives the same matrix
+        # bit-exact: a permutation copies rows
         assert np.array_equal(np.unique(permuted[mine], axis=0), np.unique(vectors[mine], axis=0))
         assert sorted(map(tuple, permuted[mine])) == sorted(map(tuple, vectors[mine]))
     assert not permuted[tiers == 0].any()
     moved = np.any(permuted != vectors, axis=1)
     assert moved[tiers > 0].mean() > 0.9  # a row keeps its own vector only by chance
     again = evaluation.permuted_within_tier(vectors, tiers, np.random.default_rng(7))
+    # bit-exact: one seed, one permutation
     assert np.array_equal(again, permuted)  # seeded
+    # bit-exact: another seed permutes the copied rows elsewhere
     assert not np.array_equal(evaluation.permuted_within_tier(vectors, tiers, np.random.default_rng(8)), permuted)
+    # bit-exact: a copy
     assert np.array_equal(vectors[tiers == 1][0], vectors[tiers == 1][0].copy())  # the input is not modified
 
 
@@ -467,20 +472,25 @@ def test_every_solaris_model_gets_its_own_input_for_training_and_scoring():
     inputs = evaluate_job.fed_inputs(served, oracle, seed=42)
     for part, rows in (("tail", slice(0, n_tail)), ("scored", slice(n_tail, n))):
         fed = getattr(inputs, part)
+        # bit-exact: served vectors are copied, no arithmetic
         assert np.array_equal(fed[evaluation.SOLARIS_ALL][0], vectors[rows])
         none_vectors, none_tiers = fed[evaluation.SOLARIS_NONE]
         assert not none_vectors.any() and not none_tiers.any()
         placebo_vectors, placebo_tiers = fed[evaluation.SOLARIS_PLACEBO]
+        # bit-exact: integer tiers
         assert np.array_equal(placebo_tiers, tiers[rows])  # permuted within the part's own rows and tiers
         for tier in np.unique(tiers[rows]):
             mine = tiers[rows] == tier
             assert sorted(map(tuple, placebo_vectors[mine])) == sorted(map(tuple, vectors[rows][mine]))
-        assert not np.array_equal(placebo_vectors, vectors[rows])
+        assert not np.array_equal(placebo_vectors, vectors[rows])  # bit-exact: a permutation moves whole copied rows
         oracle_vectors, oracle_tiers = fed[evaluation.SOLARIS_ORACLE]
+        # bit-exact: oracle vectors are copied, no arithmetic
         assert np.array_equal(oracle_vectors, oracle[rows]) and (oracle_tiers == 1).all()  # the pair tier everywhere
     same = evaluate_job.fed_inputs(served, oracle, seed=42)
+    # bit-exact: one seed, one permutation of copied rows
     assert np.array_equal(same.scored[evaluation.SOLARIS_PLACEBO][0], inputs.scored[evaluation.SOLARIS_PLACEBO][0])
     other = evaluate_job.fed_inputs(served, oracle, seed=43)  # another seed, another permutation
+    # bit-exact: another seed permutes the copied rows elsewhere
     assert not np.array_equal(other.tail[evaluation.SOLARIS_PLACEBO][0], inputs.tail[evaluation.SOLARIS_PLACEBO][0])
     with pytest.raises(ValueError, match="not aligned"):
         evaluate_job.fed_inputs(served, oracle[:-1], seed=42)
@@ -525,11 +535,13 @@ def test_keep_initial_keeps_the_warm_start_only_when_no_epoch_beats_it():
     # a learning rate that wrecks the weights: no epoch beats the warm start, which is kept as it was
     kept = fitted(trained, True, learning_rate=50.0)
     assert kept.best_epoch == 0 and kept.epochs[0]["epoch"] == 0
+    # bit-exact: the kept warm start is the start's weights, copied
     assert all(torch.equal(kept.model.state_dict()[k], start[k]) for k in start)
     # without the option the best epoch wins even when it is worse than the start
     trained.load_state_dict(start)
     wrecked = fitted(trained, False, learning_rate=50.0)
     assert wrecked.best_epoch >= 1 and wrecked.validation["ne"] > kept.validation["ne"]
+    # bit-exact: a kept start would be an exact copy; trained weights are not
     assert not all(torch.equal(wrecked.model.state_dict()[k], start[k]) for k in start)
     # an untrained model that training improves: an epoch is kept, not the initial weights
     torch.manual_seed(1)
@@ -537,6 +549,7 @@ def test_keep_initial_keeps_the_warm_start_only_when_no_epoch_beats_it():
     initial = {k: v.clone() for k, v in fresh.state_dict().items()}
     improved = fitted(fresh, True, learning_rate=1e-2)
     assert improved.best_epoch >= 1 and improved.validation["ne"] < improved.epochs[0]["ne"]
+    # bit-exact: a kept start would be an exact copy; trained weights are not
     assert not all(torch.equal(improved.model.state_dict()[k], initial[k]) for k in initial)
 
 
@@ -555,6 +568,7 @@ def test_the_evaluation_fine_tune_gives_the_same_vm_for_the_same_seed():
               "fm_tier": rng.integers(0, 4, len(events))}
     tuned = [train_vm(events, config, 11, "solaris", init_from=base, training=training, keep_initial=True,
                       **extras).model.state_dict() for _ in range(2)]
+    # bit-exact: one seed, one thread, the same shapes in one process
     assert all(torch.equal(tuned[0][k], tuned[1][k]) for k in tuned[0])
 
 

@@ -43,5 +43,5 @@ def test_result_does_not_depend_on_source_row_order():
     first = impute_items(np.arange(100, 120), targets, ids, vectors, embeddings, k=5)
     order = rng.permutation(50)
     second = impute_items(np.arange(100, 120), targets, ids[order], vectors[order], embeddings[order], k=5)
-    np.testing.assert_array_equal(first.item_ids, second.item_ids)
+    np.testing.assert_array_equal(first.item_ids, second.item_ids)  # bit-exact: integer ids
     np.testing.assert_allclose(first.embeddings, second.embeddings, rtol=1e-6)

@@ -37,6 +37,7 @@ def _tables(dim=2, pair_expiry=NOW + timedelta(hours=1)):
 def test_tier_order_and_expiry_at_read_time():
     emb, tier, age = _tables().resolve([1, 1, 2, 3, 4], [10, 11, 10, 10, 10], NOW)
     assert tier.tolist() == [TIER_PAIR, TIER_USER, TIER_USER, TIER_IMPUTED, TIER_NONE]
+    # bit-exact: the resolver copies stored vectors, no arithmetic
     np.testing.assert_array_equal(emb, [[1, 1], [3, 3], [4, 4], [6, 6], [0, 0]])
     np.testing.assert_allclose(age[:4], [H, 5 * H, 5 * H, 7 * H])
     assert np.isnan(age[4]) and emb.dtype == np.float32 and tier.dtype == np.int8
@@ -57,6 +58,7 @@ def test_item_tier_serves_a_brand_new_user_last():
     tables = TierTables(tables.dim, tables.pairs, tables.users, tables.imputed, "snap-1", items)
     emb, tier, age = tables.resolve([99, 99, 99, 1], [10, 12, 13, 10], NOW)
     assert tier.tolist() == [TIER_ITEM, TIER_NONE, TIER_NONE, TIER_PAIR]  # a user with a pair keeps tier 1
+    # bit-exact: the resolver copies stored vectors, no arithmetic
     np.testing.assert_array_equal(emb[:3], [[7, 7], [0, 0], [0, 0]])
     assert age[0] == 2 * H
     shares = coverage(tier)
@@ -124,7 +126,7 @@ def test_random_schedules_never_return_expired_values():
             assert (vectors[served, 0] == value).all()
         # and the best servable tier always wins
         best = np.select(list(live), [1, 2, 3, 4, 5, 6], 0)
-        np.testing.assert_array_equal(tier, best)
+        np.testing.assert_array_equal(tier, best)  # bit-exact: integer tiers
 
 
 def test_empty_tiers_and_mismatched_inputs():
@@ -191,6 +193,7 @@ def test_lookup_matches_a_dictionary_on_random_60_bit_ids():
         if row is None:
             assert tier[k] == TIER_NONE and not emb[k].any()
         else:
+            # bit-exact: the resolver copies stored vectors, no arithmetic
             assert tier[k] == TIER_PAIR and np.array_equal(emb[k], embeddings[row])
 
 
@@ -202,7 +205,7 @@ def test_key_index_finds_every_key_even_in_crowded_buckets():
     crowded = np.uint64(2**62) + np.arange(0, 40, 2, dtype=np.uint64)  # 20 keys in one bucket
     keys = np.unique(np.concatenate([spread, crowded]))
     index = KeyIndex.build(keys)
-    np.testing.assert_array_equal(index.find(keys), np.arange(keys.size))
+    np.testing.assert_array_equal(index.find(keys), np.arange(keys.size))  # bit-exact: integer rows
     absent = np.concatenate([crowded + np.uint64(1), spread + np.uint64(1), [np.uint64(0), np.uint64(2**64 - 1)]])
     assert (index.find(absent) == -1).all()
 
@@ -218,14 +221,14 @@ def test_user_keyed_tiers_match_a_dictionary_on_random_60_bit_ids():
     _, tier, _ = tables.resolve(queries, np.zeros(queries.size, np.int64), NOW)
     expected = np.where(np.isin(queries, aggregate_users), TIER_USER,
                         np.where(np.isin(queries, imputed_users), TIER_IMPUTED, TIER_NONE))
-    np.testing.assert_array_equal(tier, expected)
+    np.testing.assert_array_equal(tier, expected)  # bit-exact: integer tiers
 
 
 def test_key_index_falls_back_to_binary_search_when_one_bucket_holds_everything():
     keys = np.uint64(2**62) + np.arange(0, 400, 2, dtype=np.uint64)  # 200 keys, one bucket
     index = KeyIndex.build(keys)
     assert index.width > 64
-    np.testing.assert_array_equal(index.find(keys), np.arange(keys.size))
+    np.testing.assert_array_equal(index.find(keys), np.arange(keys.size))  # bit-exact: integer rows
     assert (index.find(keys + np.uint64(1)) == -1).all()
 
 
@@ -241,8 +244,8 @@ def test_id_directory_is_the_same_dense_or_hashed():
     queries = np.concatenate([ids, [-1, -2**62, 5000, 10**9, 2**62], np.setdiff1d(np.arange(5000), ids)[:100]])
     expected = np.full((queries.size, 2), -1)
     expected[: ids.size] = rows
-    np.testing.assert_array_equal(dense.find(queries), expected)
-    np.testing.assert_array_equal(hashed.find(queries), expected)
+    np.testing.assert_array_equal(dense.find(queries), expected)  # bit-exact: integer rows
+    np.testing.assert_array_equal(hashed.find(queries), expected)  # bit-exact: integer rows
     assert (IdRows.build(np.empty(0, np.int64), np.empty((0, 2), np.int64)).find(queries) == -1).all()
 
 
@@ -266,5 +269,5 @@ def test_key_index_of_few_keys_finds_them_and_nothing_else(size):
     rng = np.random.default_rng(size)
     keys = np.unique(rng.integers(0, 2**63, size, dtype=np.int64).astype(np.uint64) * np.uint64(2))
     index = KeyIndex.build(keys)
-    np.testing.assert_array_equal(index.find(keys), np.arange(keys.size))
+    np.testing.assert_array_equal(index.find(keys), np.arange(keys.size))  # bit-exact: integer rows
     assert (index.find(np.concatenate([keys + np.uint64(1), [np.uint64(0), np.uint64(2**64 - 1)]])) == -1).all()
