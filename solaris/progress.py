@@ -133,7 +133,10 @@ class Progress:
             return
         self.position = Position(self.position.done + steps, self.position.total)
         self.metric = metric
-        self._report(last=self.position.done >= self.position.total)
+        last = self.position.done >= self.position.total
+        self._report(last=last)
+        if last:
+            self.close()  # the bar goes with the last step, even without a ``with``
 
     def within(self, part: int, parts: int, unit: str) -> None:
         """Inside the step under way: ``part`` of ``parts`` ``unit`` done (lines throttled, none forced)."""
@@ -181,7 +184,8 @@ class Progress:
 
 def progress(name: str, total: int, *, unit: str = "step", log: logging.Logger,
              interval: float = INTERVAL_SECONDS, clock: Clock = time.monotonic, bar: bool | None = None) -> Progress:
-    """A :class:`Progress` to use as a context manager (closing it logs a throttled last step)."""
+    """A :class:`Progress`, best used as a context manager: closing it logs a throttled last step of a
+    loop that stopped early and removes its bar (a loop that reaches ``total`` closes it itself)."""
     return Progress(name, total, unit=unit, log=log, interval=interval, clock=clock, bar=bar)
 
 

@@ -177,9 +177,9 @@ def test_out_of_fold_teacher_logits_never_come_from_an_fm_trained_on_the_example
     features = training.training_features(events.user_id, events.item_id, events.ts, events.label, 4)
     trained_on, real_train_fm = [], training.train_fm
 
-    def spy(events_, config_, seed, device="cpu", features=None, rows=None):
+    def spy(events_, config_, seed, device="cpu", features=None, rows=None, **kwargs):
         trained_on.append(np.asarray(rows))
-        return real_train_fm(events_, config_, seed, device, features, rows)
+        return real_train_fm(events_, config_, seed, device, features, rows, **kwargs)
 
     monkeypatch.setattr(training, "train_fm", spy)
     logits = training.out_of_fold_teacher_logits(events, config, 7, features, folds=3)

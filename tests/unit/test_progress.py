@@ -137,8 +137,8 @@ def test_a_bar_opens_and_closes_with_its_progress(logger, caplog):
     with progress("outer", total=2, log=logger, clock=clock, bar=True) as outer:
         with progress("inner", total=3, log=logger, clock=clock, bar=True) as inner:
             inner.within(1, 2, "batch")
-            inner.advance(3)
             assert _Bars.open_tasks == 2
-        outer.advance(2)
-        assert _Bars.display is not None
-    assert _Bars.display is None and _Bars.open_tasks == 0
+            inner.advance(3)  # its last step: its bar goes, the outer one stays
+            assert _Bars.open_tasks == 1 and _Bars.display is not None
+        outer.advance(1)
+    assert _Bars.display is None and _Bars.open_tasks == 0  # closed by the with, short of its total
