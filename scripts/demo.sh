@@ -15,9 +15,11 @@ conf=$(printf '{"dataset": "%s", "start": "%s", "end": "%s", "max_epochs": %s}' 
 log="$AIRFLOW_HOME/demo-$(date -u +%Y%m%dT%H%M%SZ).log"
 echo "[demo] airflow dags test solaris_replay -c '$conf'   (log: $log)"
 # the stages' lines as they come (training progress by epoch, the replay's by tick), the full log in $log
-stages="INFO solaris\.(ingest|train_fm|train_vm|train_speculator|models\.training|candidates|score|hit_rate|expire|replay): [^[]*"
+# (the message up to Airflow's " [airflow.task...] loc=..." suffix: a message may hold "[", e.g. VM[baseline])
+stages="INFO solaris\.(ingest|train_fm|train_vm|train_speculator|models\.training|candidates|score|hit_rate|expire|replay): .*"
 set +e
-airflow dags test solaris_replay -c "$conf" 2>&1 | tee "$log" | { grep --line-buffered -oE "$stages" | sed -u 's/^INFO /  /'; }
+airflow dags test solaris_replay -c "$conf" 2>&1 | tee "$log" |
+  { grep --line-buffered -oE "$stages" | sed -u -E 's/ \[airflow\.[^]]*\]( loc=[^ ]*)?$//; s/^INFO /  /'; }
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -ne 0 ]; then
