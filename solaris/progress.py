@@ -169,9 +169,9 @@ class Progress:
             self._bar.update(self.position, self.metric)
         if due(now, self.last_logged, self.interval, last):
             self._emit(logging.INFO, now)
-        else:
-            self.pending = not quiet_when_throttled
-            if not quiet_when_throttled and self.log.isEnabledFor(logging.DEBUG):
+        elif not quiet_when_throttled:
+            self.pending = True
+            if self.log.isEnabledFor(logging.DEBUG):
                 self.log.debug("%s", self.line(now))
 
     def _emit(self, level: int, now: float) -> None:

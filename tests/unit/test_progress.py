@@ -142,3 +142,16 @@ def test_a_bar_opens_and_closes_with_its_progress(logger, caplog):
             assert _Bars.open_tasks == 1 and _Bars.display is not None
         outer.advance(1)
     assert _Bars.display is None and _Bars.open_tasks == 0  # closed by the with, short of its total
+
+
+def test_a_throttled_step_stays_owed_while_the_next_one_is_under_way(caplog, logger):
+    """An epoch whose line was throttled away, then batches of the next, then an early stop: the log
+    still ends where the loop stopped."""
+    clock = FakeClock()
+    caplog.set_level(logging.INFO, logger=logger.name)
+    with progress("training FM", total=3, unit="epoch", log=logger, interval=30, clock=clock, bar=False) as p:
+        clock.now += 5
+        p.advance(metric="valid NE 0.9")
+        clock.now += 5
+        p.within(1, 4, "batch")
+    assert _lines(caplog) == ["training FM: epoch 2/3, batch 1/4 (42 %), valid NE 0.9, elapsed 10s, ~14s left"]
