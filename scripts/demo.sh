@@ -14,10 +14,17 @@ EPOCHS=${DEMO_EPOCHS:-1}
 conf=$(printf '{"dataset": "%s", "start": "%s", "end": "%s", "max_epochs": %s}' "$DATASET" "$START" "$END" "$EPOCHS")
 log="$AIRFLOW_HOME/demo-$(date -u +%Y%m%dT%H%M%SZ).log"
 echo "[demo] airflow dags test solaris_replay -c '$conf'   (log: $log)"
-if ! airflow dags test solaris_replay -c "$conf" > "$log" 2>&1; then
+# the stages' lines as they come (training progress by epoch, the replay's by tick), the full log in $log
+# (the message up to Airflow's " [airflow.task...] loc=..." suffix: a message may hold "[", e.g. VM[baseline])
+stages="INFO solaris\.(ingest|train_fm|train_vm|train_speculator|models\.training|candidates|score|hit_rate|expire|replay): .*"
+set +e
+airflow dags test solaris_replay -c "$conf" 2>&1 | tee "$log" |
+  { grep --line-buffered -oE "$stages" | sed -u -E 's/ \[airflow\.[^]]*\]( loc=[^ ]*)?$//; s/^INFO /  /'; }
+status=${PIPESTATUS[0]}
+set -e
+if [ "$status" -ne 0 ]; then
   tail -40 "$log"; echo "[demo] FAILED, full log: $log" >&2; exit 1
 fi
-grep -oE "INFO solaris\.(ingest|train_fm|train_vm|train_speculator|candidates|score|hit_rate|expire|replay): [^[]*" "$log" | sed 's/^INFO /  /' || true
 
 python - "$SOLARIS_WAREHOUSE" "$AIRFLOW_HOME" <<'PY'
 import json, sqlite3, sys

@@ -60,6 +60,7 @@ from solaris.evaluation.protocol import (
     step_fingerprint,
 )
 from solaris.evaluation.report import EvaluationSummary, WindowSummary, interval_text, verdict_lines, write_report
+from solaris.progress import Progress, progress
 from solaris.runtime import JobInputError
 from solaris.serving.resolver import load_snapshot
 from solaris.serving.snapshots import SNAPSHOTS_DIR
@@ -88,6 +89,7 @@ SCORED_FILE = "scored.npz"  # per seed: every variant's predictions on the score
 SERVED_TIER = "served_tier"  # ...and, beside them in the same file, the tier that served each scored request
 # coverage keys of tiers 1..k for every k, in serving order (solaris.evaluation.protocol.cumulative_key)
 COVERAGE_KEYS = tuple(cumulative_key(k) for k in SERVING_ORDER)
+FINE_TUNED = 7  # models step 4 makes per seed: 2 fine-tuned VMs, then 5 VM+SOLARIS models (FineTunedVMs)
 
 
 def coverage_text(shares: Mapping[str, float]) -> str:
@@ -614,6 +616,7 @@ def fine_tune(
     started = time.monotonic()
     training = finetune_training(config)
     events_tail, features_tail = data.events.select(rows.tail), data.features.take(rows.tail)
+    report = progress(f"fine-tuning seed {seed}'s VMs", total=FINE_TUNED, unit="model", log=log)
     _fm_threads(config)
     _, tail_teacher, _ = predict(models.fm, features_tail, with_embeddings=True)
 
@@ -622,6 +625,7 @@ def fine_tune(
             extra["fm_embedding"], extra["fm_tier"] = inputs.tail[fed]
         result = train_vm(events_tail, config, seed, variant, init_from=base, features=features_tail,
                           training=training, keep_initial=True, **extra)
+        report.advance(metric=f"VM[{variant}]" + (f" on {fed}" if fed else ""))
         return cast("VerticalModel", result.model)
 
     baseline = tuned("baseline", models.baseline)
@@ -650,6 +654,7 @@ def fine_tune(
                       "validation_rows": {str(t): n for t, n in fitted.validation_rows.items()},
                       "validation_log_loss": {str(t): cell for t, cell in fitted.validation_log_loss.items()}}
         log.info("adapter of %s: per tier %s (validation rows %s)", name, fitted.choice, fitted.validation_rows)
+        report.advance(metric=f"adapter of {name}")
         return model
 
     return FineTunedVMs(
@@ -937,7 +942,7 @@ class WindowOutcome:
 
 def _evaluate_window(
     session: Callable[[], SparkSession], config: SolarisConfig, data: EvaluationData, window: EvaluationWindow, *,
-    seeds: list[int], out_dir: Path, force: bool, force_cleared: set[Path],
+    seeds: list[int], out_dir: Path, force: bool, force_cleared: set[Path], report: Progress,
 ) -> WindowOutcome:
 
     rows = WindowRows.of(data.events, window)
@@ -951,6 +956,7 @@ def _evaluate_window(
         )
         results.append(result)
         per_seed_predictions.append(predictions)
+        report.advance(metric=f"T0 {window.t0:%Y-%m-%d %H:%M}Z seed {seed} done")
     events = data.events
     # one replay serves every seed of the window (share_replay): the first seed's tiers are the window's;
     # without it each seed has its own, and the per-tier strata are left out
@@ -1003,8 +1009,9 @@ def run(
                              config.model.history_length)
     seeds = list(range(config.seed, config.seed + settings.seeds))
     wall, cleared = time.monotonic(), set[Path]()
-    outcomes = [_evaluate_window(session, config, data, window, seeds=seeds, out_dir=out_dir, force=force,
-                                 force_cleared=cleared) for window in windows]
+    with progress("evaluation", total=len(windows) * len(seeds), unit="seed", log=log, interval=0) as report:
+        outcomes = [_evaluate_window(session, config, data, window, seeds=seeds, out_dir=out_dir, force=force,
+                                     force_cleared=cleared, report=report) for window in windows]
     intervals = _intervals(config, outcomes)
     per_seed = tuple(result for o in outcomes for result in o.results)
     summary = EvaluationSummary.of(

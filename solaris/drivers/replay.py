@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from solaris.pipeline import LAST_MEASURE, run_cycle, run_ids, tick_schedule
+from solaris.progress import progress
 from solaris.runtime import JobInputError
 from solaris.storage.tables import driver_table, table_exists
 from solaris.tiers import SERVING_ORDER
@@ -62,13 +63,25 @@ def run(spark: SparkSession, config: SolarisConfig, start: datetime, end: dateti
         raise JobInputError(f"empty replay range [{start}, {end})")
     summary = []
     done = set() if force else _done_ticks(spark, config, {run_ids(tick)["enrichment"] for tick in schedule})
-    for index, tick in enumerate(schedule, 1):
-        if run_ids(tick)["enrichment"] in done:
-            log.info("tick %d/%d %s already done: skipped", index, len(schedule), tick)
-            continue
-        log.info("tick %d/%d: %s", index, len(schedule), tick)
-        summary.append(run_cycle(spark, config, tick, measure=True, vacuum=(index == len(schedule))))
+    todo = sum(run_ids(tick)["enrichment"] not in done for tick in schedule)
+    with progress("replay", total=todo, unit="tick", log=log, interval=0) as report:  # a line every tick
+        for index, tick in enumerate(schedule, 1):
+            if run_ids(tick)["enrichment"] in done:
+                log.info("tick %d/%d %s already done: skipped", index, len(schedule), tick)
+                continue
+            log.info("tick %d/%d: %s", index, len(schedule), tick)
+            summary.append(run_cycle(spark, config, tick, measure=True, vacuum=(index == len(schedule))))
+            report.advance(metric=tick_metric(summary[-1]))
     return summary
+
+
+def tick_metric(cycle: CycleResult) -> str:
+    """What a replay's progress line says of the tick just done: its time, wall seconds and coverage."""
+    text = f"{cycle.as_of:%Y-%m-%d %H:%M}Z in {cycle.total_seconds:.0f}s"
+    if cycle.coverage is not None:
+        last = SERVING_ORDER[-1]
+        text += f", coverage tiers1-{last} {cycle.coverage.cumulative(last):.1%}"
+    return text
 
 
 def summary_line(cycle: CycleResult) -> str:

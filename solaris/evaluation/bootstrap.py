@@ -17,6 +17,7 @@ concatenated; per-seed intervals use the same resamples, one seed at a time.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -33,8 +34,10 @@ from solaris.evaluation.protocol import (
     TRANSFER_VARIANTS,
     VARIANTS,
 )
+from solaris.progress import progress
 from solaris.tiers import SERVING_ORDER
 
+log = logging.getLogger("solaris.evaluation.bootstrap")
 _EPS = 1e-7
 BASELINE, UPPER_BOUND = "vm_baseline", "fm"
 # (variant, reference) pairs the report states a verdict on: difference of NE and of transfer ratio
@@ -506,6 +509,8 @@ def bootstrap_intervals(
                         resample_counts(n_users, resamples, np.random.default_rng(seed))])
     variants = [v for v in VARIANTS if all(v in p for p in requests.predictions)]
     per_seed_estimate, per_seed_replicates = [], []
+    report = progress(f"user bootstrap ({resamples} resamples)", total=len(requests.predictions) * len(variants),
+                      unit="seed x variant", log=log)
     for predictions in requests.predictions:
         estimate: dict[str, dict[str, np.ndarray]] = {"ne": {}, "auc": {}}
         replicates: dict[str, dict[str, np.ndarray]] = {"ne": {}, "auc": {}}
@@ -513,6 +518,7 @@ def bootstrap_intervals(
             for metric, fn in (("ne", weighted_ne), ("auc", weighted_auc)):
                 values = fn(requests.labels, predictions[v], codes, counts)
                 estimate[metric][v], replicates[metric][v] = values[0], values[1:]
+            report.advance()
         per_seed_estimate.append(estimate)
         per_seed_replicates.append(replicates)
 

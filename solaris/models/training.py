@@ -27,6 +27,7 @@ from solaris.models.common import seed_everything, to_tensors
 from solaris.models.features import Features, HistoryIndex, feedback_levels, time_split, training_features
 from solaris.models.fm import FMSpec, FoundationModel
 from solaris.models.vm import VerticalModel, VMSpec, distillation_loss
+from solaris.progress import Progress, progress
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,56 @@ def _rate_factor(schedule: str, budget_steps: int) -> Callable[[int], float]:
     return lambda step: 1.0
 
 
+@dataclass
+class _Step:
+    """One epoch of mini-batch steps (:func:`fit`'s inner loop), reporting the batches done.
+
+    Why the batches: one FM epoch on a large dataset takes minutes; the report inside it keeps the
+    log from going silent for that long (throttled, so short epochs add no lines).
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LRScheduler
+    loss_fn: Callable[[torch.Tensor, torch.Tensor, dict], torch.Tensor]
+    features: Features
+    labels: np.ndarray
+    extras: dict[str, np.ndarray]
+    device: str | torch.device
+    steps: int = 0
+
+    @classmethod
+    def of(cls, model: nn.Module, training: TrainingConfig, n_rows: int,
+           loss_fn: Callable[[torch.Tensor, torch.Tensor, dict], torch.Tensor], features: Features,
+           labels: np.ndarray, extras: dict[str, np.ndarray], device: str | torch.device) -> _Step:
+        """Adam with ``training``'s rate, and its schedule over the ``max_epochs`` budget of steps."""
+        optimizer = torch.optim.Adam(model.parameters(), lr=training.learning_rate,
+                                     weight_decay=training.weight_decay)
+        budget = training.max_epochs * -(-n_rows // training.batch_size)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _rate_factor(training.lr_schedule, budget))
+        return cls(model, optimizer, schedule, loss_fn, features, labels, extras, device)
+
+    def epoch(self, order: np.ndarray, batch_size: int, report: Progress) -> float:
+        """Train on ``order`` in batches of ``batch_size``; the epoch's mean training loss."""
+        self.model.train()
+        total, count = 0.0, 0
+        batches = -(-order.size // batch_size)
+        for index, start in enumerate(range(0, order.size, batch_size), 1):
+            rows = order[start:start + batch_size]
+            batch = _batch(self.features, rows, self.extras, self.device)
+            target = torch.as_tensor(self.labels[rows], device=self.device)
+            loss = self.loss_fn(_logits(self.model, self.model(batch)), target, batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            self.schedule.step()
+            self.steps += 1
+            total += float(loss.detach()) * rows.size
+            count += rows.size
+            report.within(index, batches, "batch")
+        return total / max(count, 1)
+
+
 def fit(
     model: nn.Module,
     features: Features,
@@ -145,13 +196,11 @@ def fit(
     if training.max_train_examples and train_rows.size > training.max_train_examples:
         train_rows = train_rows[-training.max_train_examples:]  # keep the most recent
     model.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=training.learning_rate, weight_decay=training.weight_decay)
-    budget = training.max_epochs * -(-train_rows.size // training.batch_size)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _rate_factor(training.lr_schedule, budget))
+    step = _Step.of(model, training, train_rows.size, loss_fn, features, labels, extras, device)
     rng = np.random.default_rng(seed)
     started = time.monotonic()
     best_state: dict[str, Any] | None = None
-    best_ne, best_epoch, stale, steps = float("inf"), 0, 0, 0
+    best_ne, best_epoch, stale = float("inf"), 0, 0
     min_steps = 0 if keep_initial else training.min_steps
     history: list[dict[str, float]] = []
     valid_features = features.take(valid_rows)
@@ -161,41 +210,27 @@ def fit(
         history.append({"epoch": 0, "train_loss": float("nan"), **scores, "seconds": time.monotonic() - started})
         best_ne, best_state = scores["ne"], copy.deepcopy(model.state_dict())
         log.info("%s epoch 0 (initial weights): valid NE %.4f AUC %.4f", name, scores["ne"], scores["auc"])
-    for epoch in range(1, training.max_epochs + 1):
-        model.train()
-        order = rng.permutation(train_rows)
-        total, count = 0.0, 0
-        for start in range(0, order.size, training.batch_size):
-            rows = order[start:start + training.batch_size]
-            batch = _batch(features, rows, extras, device)
-            target = torch.as_tensor(labels[rows], device=device)
-            loss = loss_fn(_logits(model, model(batch)), target, batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            steps += 1
-            total += float(loss.detach()) * rows.size
-            count += rows.size
-        probs = predict(model, valid_features, valid_extras, device=device)
-        scores = metrics.summary(labels[valid_rows], probs)
-        row = {"epoch": epoch, "train_loss": total / max(count, 1), **scores, "seconds": time.monotonic() - started}
-        history.append(row)
-        log.info(
-            "%s epoch %d: train loss %.4f | valid NE %.4f AUC %.4f calib %.3f | %.0fs",
-            name, epoch, row["train_loss"], scores["ne"], scores["auc"], scores["calibration"], row["seconds"],
-        )
-        if scores["ne"] < best_ne - 1e-5:
-            best_ne, best_epoch, stale = scores["ne"], epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
-        elif steps >= min_steps:
-            stale += 1
-            if stale > training.patience:
-                log.info("%s early stop after epoch %d (best epoch %d)", name, epoch, best_epoch)
-                break
-        else:
-            log.info("%s epoch %d not counted against patience: %d of %d optimizer steps done",
-                     name, epoch, steps, min_steps)
+    report = progress(f"training {name}", total=training.max_epochs, unit="epoch", log=log)
+    with report:
+        for epoch in range(1, training.max_epochs + 1):
+            train_loss = step.epoch(rng.permutation(train_rows), training.batch_size, report)
+            probs = predict(model, valid_features, valid_extras, device=device)
+            scores = metrics.summary(labels[valid_rows], probs)
+            history.append({"epoch": epoch, "train_loss": train_loss, **scores,
+                            "seconds": time.monotonic() - started})
+            report.advance(metric=f"train loss {train_loss:.4f}, valid NE {scores['ne']:.4f} AUC {scores['auc']:.4f} "
+                                  f"calib {scores['calibration']:.3f}")
+            if scores["ne"] < best_ne - 1e-5:
+                best_ne, best_epoch, stale = scores["ne"], epoch, 0
+                best_state = copy.deepcopy(model.state_dict())
+            elif step.steps >= min_steps:
+                stale += 1
+                if stale > training.patience:
+                    log.info("%s early stop after epoch %d (best epoch %d)", name, epoch, best_epoch)
+                    break
+            else:
+                log.info("%s epoch %d not counted against patience: %d of %d optimizer steps done",
+                         name, epoch, step.steps, min_steps)
     assert best_state is not None, f"{name}: no epoch improved on an infinite NE"
     model.load_state_dict(best_state)
     model.eval()
@@ -287,9 +322,9 @@ def vm_spec(config: SolarisConfig, with_fm_embedding: bool = False) -> VMSpec:
 
 def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device: str | torch.device = "cpu",
              features: Features | None = None,
-             rows: np.ndarray | None = None) -> TrainResult:
+             rows: np.ndarray | None = None, name: str = "FM") -> TrainResult:
     """Train the FM on ``events`` (or on the subset ``rows`` of them, keeping full point-in-time
-    histories: ``features`` are computed over all ``events``)."""
+    histories: ``features`` are computed over all ``events``); ``name`` is what its log lines say."""
     if features is None:
         features = events.features(config.model.history_length)
     labels, ts = events.label, events.ts
@@ -301,7 +336,7 @@ def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device: str 
     fm = config.model.fm
     training = training.model_copy(update={"max_epochs": min(training.max_epochs, fm.max_epochs),
                                            "batch_size": fm.batch_size, "lr_schedule": fm.lr_schedule})
-    return fit(model, features, labels, ts, training, seed, name="FM", device=device)
+    return fit(model, features, labels, ts, training, seed, name=name, device=device)
 
 
 def out_of_fold_teacher_logits(
@@ -325,10 +360,13 @@ def out_of_fold_teacher_logits(
     edges = np.quantile(events.ts, np.linspace(0, 1, folds + 1)[1:-1])
     fold = np.searchsorted(edges, events.ts, side="right")
     logits = np.empty(len(events), dtype=np.float32)
-    for k in range(folds):
-        held = np.flatnonzero(fold == k)
-        teacher = train_fm(events, config, seed + 1000 * (k + 1), device, features, np.flatnonzero(fold != k))
-        _, logits[held], _ = predict(teacher.model, features.take(held), device=device, with_embeddings=True)
+    with progress("cross-fitting the teacher", total=folds, unit="fold FM", log=log, interval=0) as report:
+        for k in range(folds):
+            held = np.flatnonzero(fold == k)
+            teacher = train_fm(events, config, seed + 1000 * (k + 1), device, features, np.flatnonzero(fold != k),
+                               name=f"teacher FM {k + 1}/{folds}")
+            _, logits[held], _ = predict(teacher.model, features.take(held), device=device, with_embeddings=True)
+            report.advance(metric=f"valid NE {teacher.validation['ne']:.4f}")
     return logits
 
 

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("solaris", "solaris.errors", "solaris.timeutil", "solaris.config", "solaris.tiers", "solaris.provenance"),
     ("solaris.spark", "solaris.runtime", "solaris.storage", "solaris.class_archive", "solaris.tick"),
+    # Progress of long loops (log lines, terminal bars): the models, the replay and the evaluation report with it.
+    ("solaris.progress",),
     ("solaris.ingest",),
     ("solaris.models",),
     ("solaris.precompute",),

@@ -1,4 +1,5 @@
 import dataclasses
+import logging
 
 import numpy as np
 import pytest
@@ -196,9 +197,9 @@ def test_out_of_fold_teacher_logits_never_come_from_an_fm_trained_on_the_example
     features = training.training_features(events.user_id, events.item_id, events.ts, events.label, 4)
     trained_on, real_train_fm = [], training.train_fm
 
-    def spy(events_, config_, seed, device="cpu", features=None, rows=None):
+    def spy(events_, config_, seed, device="cpu", features=None, rows=None, **kwargs):
         trained_on.append(np.asarray(rows))
-        return real_train_fm(events_, config_, seed, device, features, rows)
+        return real_train_fm(events_, config_, seed, device, features, rows, **kwargs)
 
     monkeypatch.setattr(training, "train_fm", spy)
     logits = training.out_of_fold_teacher_logits(events, config, 7, features, folds=3)
@@ -310,3 +311,21 @@ def test_a_linear_schedule_anneals_the_rate_to_zero_over_the_epoch_budget():
 
     assert torch.equal(weights(decayed), weights(decayed))  # bit-exact: one seed and thread, same shapes, one process
     assert not torch.allclose(weights(decayed), weights(flat))
+
+
+def test_training_reports_each_epoch_as_progress_and_nothing_at_warning(caplog):
+    """The FM's and VMs' trainings say which epoch of how many, its validation NE and the time left
+    (solaris.progress); under --log-level WARNING they say nothing."""
+    from solaris.models import training
+
+    events, config = _tiny_training_set(300, seed=3, extra=("model.training.threads=1",
+                                                            "model.training.max_epochs=2", "model.fm.max_epochs=2"))
+    caplog.set_level(logging.INFO, logger="solaris.models.training")
+    training.train_fm(events, config, 1)
+    lines = [r.getMessage() for r in caplog.records if r.name == "solaris.models.training"]
+    assert any(line.startswith("training FM: epoch ") and "valid NE " in line and "elapsed " in line for line in lines)
+    assert lines[-1].startswith("training FM: epoch ") and "/2 (" in lines[-1]  # the last epoch run, always
+    caplog.clear()
+    caplog.set_level(logging.WARNING, logger="solaris.models.training")
+    training.train_vm(events, config, 1)
+    assert not [r for r in caplog.records if r.name == "solaris.models.training"]
