@@ -197,7 +197,7 @@ def plot(rows: list[VariantRow], path: str, title: str, distilled: bool) -> None
                          [(r.ne.high if r.ne.high is not None else r.ne.estimate) - r.ne.estimate for r in items]])
 
     axes.errorbar([r.age_minutes for r in aged], [r.ne.estimate for r in aged], yerr=errors(aged), marker="o",
-                  capsize=3, label="FM fed the history up to request − age")
+                  capsize=3, label="FM fed the history up to request − age (bars: 95 %, users resampled)")
     tick = by_name.get(fm_variant(TICK))
     if tick is not None:
         axes.errorbar([tick.age_minutes], [tick.ne.estimate], yerr=errors([tick]), marker="s", color="C3",
