@@ -219,12 +219,13 @@ def plot(rows: list[VariantRow], path: str, title: str, distilled: bool) -> None
 
 
 def _checkpoint(config: Any, relative: str, arch: str) -> tuple[Any, dict[str, Any]] | None:
-    from solaris.models.checkpoint import LATEST, load_checkpoint
+    """A checkpoint (a root with ``LATEST`` or a version folder) and its metadata; None when there is none."""
+    from solaris.models.checkpoint import METADATA, load_checkpoint, resolve_checkpoint
 
-    root = config.resolve_under_warehouse(relative)
-    if not (Path(root) / LATEST).is_file():
+    folder = resolve_checkpoint(config.resolve_under_warehouse(relative))
+    if not (Path(folder) / METADATA).is_file():
         return None
-    return load_checkpoint(root, expected_arch=arch)
+    return load_checkpoint(folder, expected_arch=arch)
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,11 @@ class Scored:
 
 
 def score(config: Any, models: dict[str, Any], as_of: datetime, hours: float, ages: tuple[int, ...]) -> Scored:
-    """Every variant's predictions on the requests of ``(as_of, as_of + hours]``."""
+    """Every variant's predictions on the requests of ``(as_of, as_of + hours]``.
+
+    The FM's probability is the sigmoid of its head on the pair embedding it computes from the
+    features, so ``fm@A`` scores what a value computed ``A`` minutes before the request would.
+    """
     from solaris.models.training import EventArrays, predict
     from solaris.storage.tables import events_until_on_driver
 
