@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     start = parse_utc(args.start)
     schedule = tick_schedule(start, start + timedelta(hours=args.ticks), 1.0)
     print("rows / live MiB / disk MiB per table after each tick")
-    print(f"{'tick':<18}{'s':>6} {'vac':>3} " + " ".join(f"{name[:22]:>26}" for name in TABLES))
+    print(f"{'tick':<18}{'s':>6}{'expire':>7} {'vac':>3} " + " ".join(f"{name[:22]:>26}" for name in TABLES))
     rows = []
     for tick in schedule:
         vacuum = is_vacuum_hour(tick, config.precompute.vacuum_every_hours)
@@ -106,10 +106,11 @@ def main(argv: list[str] | None = None) -> None:
         cycle = run_cycle(spark, config, tick, measure=True, vacuum=vacuum)
         seconds = time.perf_counter() - started
         sizes = {name: footprint(Path(config.table_path(name))) for name in TABLES}
-        rows.append({"as_of": tick.isoformat(), "seconds": seconds, "vacuumed": vacuum,
+        expire = cycle.seconds.get("expire", 0.0)
+        rows.append({"as_of": tick.isoformat(), "seconds": seconds, "expire_seconds": expire, "vacuumed": vacuum,
                      "candidates_written": cycle.candidates.pairs if cycle.candidates else 0,
                      "tables": {name: asdict(size) for name, size in sizes.items()}})
-        print(f"{tick:%Y-%m-%d %H:%M}Z{seconds:>6.0f} {'yes' if vacuum else '':>3} " + " ".join(
+        print(f"{tick:%Y-%m-%d %H:%M}Z{seconds:>6.0f}{expire:>7.1f} {'yes' if vacuum else '':>3} " + " ".join(
             f"{f'{size.rows:,}/{mib(size.live_bytes)}/{mib(size.disk_bytes)}':>26}" for size in sizes.values()),
             flush=True)
         if args.json:
