@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work-dir", default="/tmp/solaris-bench-retention")
     parser.add_argument("--json", help="also write the per-tick figures here (rewritten after every tick)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--resume", action="store_true", help="continue on the work folder's warehouse (a later "
+                        "--start) instead of a fresh copy")
     args = parser.parse_args(argv)
 
     from solaris.config import load_config
@@ -92,7 +94,8 @@ def main(argv: list[str] | None = None) -> None:
 
     setup_logging("WARNING")
     work = Path(args.work_dir) / "warehouse"
-    prepare(Path(args.warehouse).resolve(), work)
+    if not args.resume:
+        prepare(Path(args.warehouse).resolve(), work)
     config = load_config(overrides=[f"warehouse={work}", f"spark.master=local[{args.threads}]", *args.overrides])
     spark = get_spark(config, "bench-retention")
     start = parse_utc(args.start)
