@@ -8,7 +8,8 @@ consecutive ticks from ``--start`` in one Spark session, exactly as ``solaris re
 Printed: one row per tick (seconds per stage, tick total, candidate pairs), then the median of
 each stage over the ticks, the median tick, and the FM's own share: the seconds the FM and the
 verifier need for the median tick's candidate pairs in plain torch (same checkpoints, same
-point-in-time features, 2 threads, measured here on the first tick's real candidates) divided by
+point-in-time features, 2 threads, measured here on the last tick's real candidates: the hourly
+``expire`` keeps only ``retention.candidates_hours`` of them) divided by
 the median tick. The first tick also pays Spark's warm-up (first jobs, Python workers, model
 loads): it is printed but the medians are taken over all ticks, as a scheduler would see them.
 
@@ -378,7 +379,7 @@ def main() -> None:
     median_pairs = statistics.median(row["pairs"] for row in rows)
     # the pairs the FM scored: every candidate under the relevance rule, the kept ones under request
     median_scored = statistics.median(row["fm_scored"] for row in rows)
-    per_pair, measured_on = fm_seconds_per_pair(spark, config, schedule[0], args.threads)
+    per_pair, measured_on = fm_seconds_per_pair(spark, config, schedule[-1], args.threads)
     fm_seconds = per_pair * median_scored
     print("median                " + " ".join(f"{medians[name]:>10.1f}" for name in columns)
           + f" {median_tick:>10.1f} {median_pairs:>7,.0f}")

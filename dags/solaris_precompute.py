@@ -7,8 +7,9 @@ Every hour, for `as_of` = the run's logical time (or the `as_of` Param of a manu
 2. **score**: the verifier rule (default `request`: the speculator's P(requested within the TTL),
    before the FM), FM pair embeddings in a Spark `mapInArrow` UDF for the kept pairs, MERGE them
    into `pair_embeddings` with `expires_at = as_of + ttl_hours`;
-3. **expire**: delete pair embeddings past their TTL; VACUUM (retention guard on) at the midnight run
-   (`precompute.vacuum_every_hours`);
+3. **expire**: delete pair embeddings past their TTL, and the rows of `candidates`,
+   `pair_embeddings_log`, `quarantine` and `runs` older than their `retention.*`; VACUUM (retention
+   guard on) at the midnight run (`precompute.vacuum_every_hours`);
 4. **announce**: emit the `pair_embeddings` Asset with `{"as_of": ...}` in the event extra, which
    schedules the enrichment DAG.
 

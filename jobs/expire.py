@@ -33,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
             (stage.is_vacuum_hour(args.as_of, config.precompute.vacuum_every_hours) if args.vacuum is None
              else args.vacuum),
         ),
-        report=lambda config, result: f"expired={result.expired} from {config.table_path('pair_embeddings')}",
+        report=lambda config, result: (
+            f"expired={result.expired} from {config.table_path('pair_embeddings')}; trimmed "
+            f"candidates={result.candidates.deleted} pair_embeddings_log={result.pair_embeddings_log.deleted} "
+            f"quarantine={result.quarantine.deleted} runs={result.runs.deleted}"),
     )
 
 

@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train-speculator": ("solaris.jobs.train_speculator", "learn speculation blend + request verifier on past ticks"),
     "candidates": ("solaris.jobs.candidates", "speculate the (user, item) pairs of the next horizon"),
     "score": ("solaris.jobs.score", "FM-score and verify candidates, write pair_embeddings with TTL"),
-    "expire": ("solaris.jobs.expire", "delete expired pair embeddings; VACUUM at the midnight run"),
+    "expire": ("solaris.jobs.expire", "delete expired pair embeddings and history past retention; VACUUM at midnight"),
     "hit-rate": ("solaris.jobs.hit_rate", "speculation hit rate of a run against the requests that arrived"),
     "user-aggregates": ("solaris.jobs.user_aggregates", "tier 3: 24 h mean of each user's pair embeddings"),
     "knn": ("solaris.jobs.knn", "FAISS k-means + per-cluster KNN over FM user representations"),

@@ -422,7 +422,6 @@ class EnrichmentConfig(_Strict):
     half_life_hours: float = Field(6, gt=0)  # for aggregation: recency
     l2_normalize: bool = False
     ttl_hours: float = Field(6, gt=0)  # expires_at of user aggregates and imputed embeddings
-    log_retention_hours: float = Field(48, gt=0)  # pair_embeddings_log rows older than this are trimmed
     knn_k: int = Field(10, ge=1)
     knn_clusters: int | None = Field(None, ge=1)  # None: about 2*sqrt(#users) (solaris.enrichment.knn.default_clusters)
     knn_nprobe: int | None = Field(None, ge=1)  # clusters searched per query; None: chosen from knn_target_recall
@@ -446,6 +445,44 @@ class EnrichmentConfig(_Strict):
     item_catalog_hours: float = Field(168, gt=0)  # items imputed = items with an event in this window before as_of
     snapshots_kept: int = Field(24, ge=1)
     coverage_tolerance: float = Field(0.5, ge=0, le=1)  # refuse a snapshot whose coverage fell by more than this share
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "log_retention_hours" in data:
+            raise ValueError("log_retention_hours moved to retention.pair_embeddings_log_hours")
+        return data
+
+
+class RetentionConfig(_Strict):
+    """How much history the hourly ``expire`` keeps in the tables that every tick appends to.
+
+    A table keeps the rows whose time column is later than ``as_of - hours`` (the half-open window
+    ``(as_of - hours, as_of]`` the readers use); ``expire`` deletes the rest every hour and VACUUMs
+    the tables with ``pair_embeddings`` (docs/architecture.md §6). Why each default, from the oldest
+    row its readers need relative to the tick's as-of (:class:`SolarisConfig` refuses less):
+
+    * ``candidates_hours`` (by ``as_of``): ``score`` and ``hit_rate`` read only the run of their own
+      tick (the fast lane's too), before that tick's ``expire``; ``train-speculator`` recomputes the
+      sources of its past ticks and reads no stored candidates. A hit rate measured outside a replay
+      can only run once the run's horizon of requests is in, at tick ``t + horizon_hours``: the run
+      must outlive that tick's expire, so more than ``precompute.horizon_hours``; 2 h (one hour of
+      slack) keeps the dense hours' ~1M rows a run to two runs.
+    * ``pair_embeddings_log_hours`` (by ``computed_at``): the user and item aggregates read
+      ``(as_of - window_hours, as_of]`` (24 h each) right after the tick's expire; the second day
+      lets a rerun or backfill of any hour of the previous day find its whole window.
+    * ``runs_hours`` (by ``as_of``; rows of the hourly chain's jobs only, :func:`solaris.stages.expire`
+      keeps ingest and training rows, a few a day, which record id modes and model versions): the
+      evaluation reads the hit-rate, score and knn rows of its whole replay, ``tail_hours +
+      eval_hours`` (48 h) before its last tick, and a resumed replay the rows of its ticks; a week
+      for operators' audit.
+    * ``quarantine_hours`` (by ``seen_at``): no stage reads it; a week of rejects for operators.
+    """
+
+    candidates_hours: float = Field(2, gt=0)
+    pair_embeddings_log_hours: float = Field(48, gt=0)
+    quarantine_hours: float = Field(168, gt=0)
+    runs_hours: float = Field(168, gt=0)
 
 
 class EvaluationConfig(_Strict):
@@ -525,6 +562,14 @@ class SolarisConfig(_Strict):
     enrichment: EnrichmentConfig = EnrichmentConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     fast_lane: FastLaneConfig = FastLaneConfig()
+    retention: RetentionConfig = RetentionConfig()
+
+    @model_validator(mode="after")
+    def _retention_covers_readers(self) -> "SolarisConfig":
+        problems = retention_shortfalls(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     def table_path(self, name: str) -> str:
         """Absolute path of a Delta table given its logical name (a field of ``tables``)."""
@@ -545,6 +590,27 @@ class SolarisConfig(_Strict):
         if resolved != root and root not in resolved.parents:
             raise ConfigError(f"path {str(path)!r} escapes the warehouse root {str(root)!r}")
         return resolved
+
+
+def retention_shortfalls(config: SolarisConfig) -> list[str]:
+    """Each retention of ``config.retention`` shorter than what a reader of its table needs (why each
+    reader needs it: :class:`RetentionConfig`), as a message naming both keys; empty when none is."""
+    keep, enrichment, evaluation = config.retention, config.enrichment, config.evaluation
+    problems = []
+    window_key, window = max((("enrichment.window_hours", enrichment.window_hours),
+                              ("enrichment.item_window_hours", enrichment.item_window_hours)), key=lambda kv: kv[1])
+    if keep.pair_embeddings_log_hours < window:
+        problems.append(f"retention.pair_embeddings_log_hours ({keep.pair_embeddings_log_hours:g}) must be at least "
+                        f"{window_key} ({window:g}): the aggregates read that window of the log")
+    if keep.candidates_hours <= config.precompute.horizon_hours:
+        problems.append(f"retention.candidates_hours ({keep.candidates_hours:g}) must exceed "
+                        f"precompute.horizon_hours ({config.precompute.horizon_hours:g}): a run's hit rate is "
+                        "measured once its horizon's requests are in")
+    replayed = evaluation.tail_hours + evaluation.eval_hours
+    if keep.runs_hours < replayed:
+        problems.append(f"retention.runs_hours ({keep.runs_hours:g}) must be at least evaluation.tail_hours + "
+                        f"evaluation.eval_hours ({replayed:g}): the evaluation reads the runs rows of its replay")
+    return problems
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:

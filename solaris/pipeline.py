@@ -88,7 +88,7 @@ PRECOMPUTE: tuple[Stage, ...] = (
         "expire",
         "precompute",
         ("score",),
-        "Delete rows with `expires_at <= as_of`; VACUUM (retention guard on) at the midnight run.",
+        "Delete rows with `expires_at <= as_of` and history past `retention.*`; VACUUM at the midnight run.",
         expire_stage.run,
     ),
 )

@@ -1,4 +1,4 @@
-"""Expire: delete pair embeddings whose TTL has passed, then VACUUM (retention guard left on).
+"""Expire: delete pair embeddings whose TTL has passed and the history older than its retention, then VACUUM.
 
 Deletes rows with ``expires_at <= as_of`` from ``pair_embeddings`` (whole expiry buckets at once
 when they are entirely past, which Delta turns into metadata-only removes), then runs VACUUM with
@@ -6,11 +6,18 @@ the table's normal retention (Delta's 7-day guard is never disabled here: concur
 pinned snapshot versions keep working). ``--optimize`` compacts the still-live recent buckets.
 The resolver also enforces ``now < expires_at`` at read time, so expiry is belt and braces.
 
+Retention (``retention.*``; why each default: ``solaris.config.RetentionConfig``): the tables every
+tick appends to - ``candidates``, ``pair_embeddings_log``, ``quarantine``, and the hourly chain's
+rows of ``runs`` - lose their rows with a time column ``<= as_of - retention``; nothing a later
+stage reads is older. Each delete is skipped without a Spark job when the Delta log's statistics
+show no row that old, so most hours cost no more than before. A rerun deletes nothing new.
+
 VACUUM runs at the hours whose as-of is a multiple of ``precompute.vacuum_every_hours`` (default
-24: the midnight run), or always with ``--vacuum``, never with ``--no-vacuum``. Why not every hour:
-VACUUM lists every file of the table, the dearest part of a scheduled expire by far (its own
-process is cold), and with the 7-day retention guard a file it could delete at one hour it can
-still delete a day later: running it daily frees the same space, less than a day later.
+24: the midnight run), or always with ``--vacuum``, never with ``--no-vacuum``, on ``pair_embeddings``
+and the trimmed tables alike. Why not every hour: VACUUM lists every file of the table, the dearest
+part of a scheduled expire by far (its own process is cold), and with the 7-day retention guard a
+file it could delete at one hour it can still delete a day later: running it daily frees the same
+space, less than a day later.
 
     solaris expire --as-of 2000-12-01T06:00:00Z
 """
@@ -35,16 +42,78 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("solaris.expire")
 
+# Jobs of the hourly chain (the stages, the replay measurements, the fast lane) whose ``runs`` rows
+# the retention trims. The other jobs' rows (ingest, train_*) are a few a day and are kept: they
+# record the events' id modes and the models' versions.
+HOURLY_JOBS: tuple[str, ...] = ("candidates", "score", "expire", "user_aggregates", "knn", "impute",
+                                "item_aggregates", "publish", "hit_rate", "coverage", "fast_lane")
+
+
+@dataclass(frozen=True)
+class RetentionRule:
+    """One table's retention: rows with ``column <= as_of - hours`` (and ``only``, when set) are deleted.
+
+    ``partition``: the table's date partition column, ``to_date(column)``; the delete names it too so
+    Spark reads only the partitions that can hold such rows.
+    """
+
+    table: str
+    column: str
+    hours: float
+    partition: str | None = None
+    only: str | None = None
+
+    def cutoff(self, as_of: datetime) -> datetime:
+        return as_of - timedelta(hours=self.hours)
+
+    def predicate(self, as_of: datetime) -> str:
+        """The Spark SQL delete predicate at ``as_of``."""
+        cutoff = self.cutoff(as_of)
+        parts = [f"{self.column} <= {literal(cutoff)}"]
+        if self.partition:
+            parts.insert(0, f"{self.partition} <= DATE '{cutoff:%Y-%m-%d}'")
+        if self.only:
+            parts.append(self.only)
+        return " AND ".join(parts)
+
+
+def retention_rules(config: SolarisConfig) -> tuple[RetentionRule, ...]:
+    """The retention of every table the hourly chain appends to, from ``config.retention``."""
+    keep = config.retention
+    jobs = ", ".join(f"'{job}'" for job in HOURLY_JOBS)
+    return (
+        RetentionRule("candidates", "as_of", keep.candidates_hours, partition="run_date"),
+        RetentionRule("pair_embeddings_log", "computed_at", keep.pair_embeddings_log_hours, partition="computed_date"),
+        RetentionRule("quarantine", "seen_at", keep.quarantine_hours, partition="run_date"),
+        RetentionRule("runs", "as_of", keep.runs_hours, only=f"job IN ({jobs})"),
+    )
+
+
+@dataclass(frozen=True)
+class Trimmed:
+    """What one table's retention did at this expire: rows with the time column ``<= cutoff`` deleted."""
+
+    cutoff: str  # ISO-8601
+    deleted: int
+
 
 @dataclass(frozen=True)
 class ExpireResult:
-    """Rows deleted past their TTL, rows left, log rows trimmed, and which maintenance ran."""
+    """Rows deleted past their TTL, rows left, each retained table's trim, and which maintenance ran."""
 
     expired: int
     remaining: int
-    log_trimmed: int
+    candidates: Trimmed
+    pair_embeddings_log: Trimmed
+    quarantine: Trimmed
+    runs: Trimmed
     optimized: bool
     vacuumed: bool
+
+    @property
+    def log_trimmed(self) -> int:
+        """Rows of ``pair_embeddings_log`` trimmed (the one trim there was before the other retentions)."""
+        return self.pair_embeddings_log.deleted
 
 
 def is_vacuum_hour(as_of: datetime, every_hours: int) -> bool:
@@ -55,14 +124,25 @@ def is_vacuum_hour(as_of: datetime, every_hours: int) -> bool:
     return int(as_of.timestamp() // 3600) % every_hours == 0
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, optimize: bool = False,
-        vacuum: bool = True, *, tick: Tick | None = None) -> ExpireResult:
-    record = RunRecord(run_id=run_id, job="expire", as_of=as_of)
+def trim(spark: SparkSession, config: SolarisConfig, rule: RetentionRule, as_of: datetime, vacuum: bool) -> Trimmed:
+    """Apply ``rule`` at ``as_of`` (nothing when the table does not exist yet), VACUUM when asked."""
+    cutoff = rule.cutoff(as_of)
+    table = Table.of(spark, config, rule.table)
+    if not table.exists():
+        return Trimmed(cutoff=cutoff.isoformat(), deleted=0)
+    deleted = table.delete_where(rule.predicate(as_of), bounded_by=(rule.column, cutoff))
+    if vacuum:
+        table.vacuum()
+    return Trimmed(cutoff=cutoff.isoformat(), deleted=deleted)
+
+
+def expire_pairs(spark: SparkSession, config: SolarisConfig, as_of: datetime, optimize: bool, vacuum: bool
+                 ) -> tuple[int, int, int | None]:
+    """Delete the pair embeddings past their TTL: (expired, remaining, table version); zeros without a table."""
     pairs = Table.of(spark, config, "pair_embeddings")
     if not pairs.exists():
         log.info("no pair_embeddings table yet at %s: nothing to expire", pairs.path)
-        record.write(spark, config, "success", tick)
-        return ExpireResult(expired=0, remaining=0, log_trimmed=0, optimized=False, vacuumed=False)
+        return 0, 0, None
     cutoff = literal(as_of)
     # Partition filter first so fully-expired buckets are dropped without rewriting files.
     expired = pairs.delete_where(f"expiry_bucket <= {cutoff} AND {expired_predicate(cutoff)}",
@@ -71,17 +151,25 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         pairs.compact_where(f"expiry_bucket > {cutoff}")
     if vacuum:
         pairs.vacuum()
-    pairs_log = Table.of(spark, config, "pair_embeddings_log")
-    trimmed = 0
-    if pairs_log.exists():
-        horizon = as_of - timedelta(hours=config.enrichment.log_retention_hours)
-        trimmed = pairs_log.delete_where(f"computed_at <= {literal(horizon)}", bounded_by=("computed_at", horizon))
-    remaining = pairs.row_count()
+    return expired, pairs.row_count(), pairs.version()
+
+
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, optimize: bool = False,
+        vacuum: bool = True, *, tick: Tick | None = None) -> ExpireResult:
+    record = RunRecord(run_id=run_id, job="expire", as_of=as_of)
+    expired, remaining, version = expire_pairs(spark, config, as_of, optimize, vacuum)
+    trims = {rule.table: trim(spark, config, rule, as_of, vacuum) for rule in retention_rules(config)}
     record.rows_in, record.rows_out = expired + remaining, remaining
-    record.table_versions = {"pair_embeddings": pairs.version()}
-    result = ExpireResult(expired=expired, remaining=remaining, log_trimmed=trimmed, optimized=optimize,
+    if version is not None:
+        record.table_versions = {"pair_embeddings": version}
+    result = ExpireResult(expired=expired, remaining=remaining, candidates=trims["candidates"],
+                          pair_embeddings_log=trims["pair_embeddings_log"], quarantine=trims["quarantine"],
+                          runs=trims["runs"], optimized=optimize and version is not None,
                           vacuumed=vacuum)
     record.details = asdict(result)
     record.write(spark, config, "success", tick)
-    log.info("expired %d pair embeddings with expires_at <= %s; %d remain", expired, as_of, remaining)
+    log.info("expired %d pair embeddings with expires_at <= %s (%d remain); retention trimmed candidates %d, "
+             "pair_embeddings_log %d, quarantine %d, runs %d rows%s", expired, as_of, remaining,
+             result.candidates.deleted, result.pair_embeddings_log.deleted, result.quarantine.deleted,
+             result.runs.deleted, "; vacuumed" if vacuum else "")
     return result
