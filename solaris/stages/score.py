@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from solaris.precompute.spark_features import candidate_features
@@ -34,7 +35,7 @@ from solaris.precompute.speculation import effective_threshold, locate_rank, wri
 from solaris.runtime import JobInputError
 from solaris.storage.audit import RunRecord, write_quarantine
 from solaris.storage.table import Table
-from solaris.storage.tables import run_rows, table_exists
+from solaris.storage.tables import newest_logged, run_rows, table_exists
 from solaris.storage.validity import expires_at_column
 from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
@@ -92,6 +93,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     if not table_exists(spark, candidates_path):
         raise JobInputError(f"no candidates table at {candidates_path}: run `solaris candidates` first")
     candidates = spark.read.format("delta").load(candidates_path).where(F.col("run_id") == run_id)
+    refuse_trimmed_run(config, candidates_path, candidates, run_id, as_of)
     verifier = _effective_verifier(spark, config, candidates, run_id)
     rule = verifier.rule
     persisted: list[DataFrame] = []  # unpersisted whatever happens
@@ -185,6 +187,24 @@ def scored_pairs(spark: SparkSession, config: SolarisConfig, candidates: DataFra
         .withColumn("computed_at", F.lit(as_of).cast("timestamp"))
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
+
+
+def refuse_trimmed_run(config: SolarisConfig, candidates_path: str, candidates: DataFrame, run_id: str,
+                       as_of: datetime) -> None:
+    """Refuse to score a run whose candidates the retention has deleted, instead of writing nothing.
+
+    Why: ``expire`` keeps ``retention.candidates_hours`` of candidates, so clearing an hour's ``score``
+    task later than that finds no rows for its run, and scoring nothing would look like a quiet hour.
+    A run is taken as trimmed when it has no candidates and the table already holds a run that much
+    later (from the log's statistics, no Spark job in the usual case of the newest run)."""
+    newest = newest_logged(candidates_path, "as_of")
+    window = timedelta(hours=config.retention.candidates_hours)
+    if newest is None or newest - as_of < window or not candidates.isEmpty():
+        return
+    raise JobInputError(
+        f"no candidates left for {run_id}: expire keeps retention.candidates_hours={window / timedelta(hours=1):g} h "
+        f"of them and the table already holds runs up to {newest.isoformat()}; rerun `solaris candidates "
+        f"--as-of {as_of.isoformat()}` first (Airflow: clear the hour from its candidates task)")
 
 
 def write_pairs(spark: SparkSession, config: SolarisConfig, verified: DataFrame, run_id: str) -> tuple[int, int]:

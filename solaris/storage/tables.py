@@ -319,6 +319,20 @@ def may_hold(path: str, column: str, value: str) -> bool:
     return bool(pc.any(_may_hold_mask(files, column, value)).as_py())
 
 
+def newest_logged(path: str, column: str) -> datetime | None:
+    """The largest ``column`` value of the table's live rows from its log's per-file maximum statistics (no
+    Spark job, no data read); None when the table is empty or a file lacks the statistic. Delta truncates a
+    timestamp's statistics to milliseconds, so the answer can be up to 1 ms below the true maximum."""
+    import pyarrow.compute as pc
+
+    files = _add_actions(path)
+    name = f"max.{column}"
+    if files.num_rows == 0 or name not in files.column_names or files.column(name).null_count:
+        return None
+    newest = pc.max(files.column(name)).as_py()
+    return newest if newest is None or newest.tzinfo else newest.replace(tzinfo=timezone.utc)
+
+
 def none_at_or_below(path: str, column: str, bound: datetime) -> bool:
     """True only when no live row of the table can have ``column <= bound``.
 

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from solaris.pipeline import run_ids
+from solaris.runtime import JobInputError
 from solaris.stages import candidates as candidates_stage
 from solaris.stages import expire as expire_stage
 from solaris.stages import hit_rate as hit_rate_stage
@@ -97,3 +98,10 @@ def test_expire_trims_to_the_retention_and_the_later_readers_see_no_difference(s
     again = expire_stage.run(spark, tight, T1, ids["precompute"], vacuum=False)
     assert (again.candidates.deleted, again.pair_embeddings_log.deleted, again.runs.deleted) == (0, 0, 0)
     assert versions == {name: DeltaTable(tight.table_path(name)).version() for name in versions}
+
+    # scoring T0 again now that its candidates are gone is refused, nothing written (not a silent empty hour)
+    pairs_version = DeltaTable(tight.table_path("pair_embeddings")).version()
+    with pytest.raises(JobInputError, match="retention.candidates_hours=0.75 h"):
+        score_stage.run(spark, tight, T0, run_ids(T0)["precompute"])
+    assert DeltaTable(tight.table_path("pair_embeddings")).version() == pairs_version
+    score_stage.run(spark, loose, T0, run_ids(T0)["precompute"])  # the untrimmed twin still scores its hour
