@@ -56,7 +56,6 @@ from solaris.evaluation.protocol import (
     VM_THREADS,
     SeedResult,
     cumulative_key,
-    events_digest,
     step_fingerprint,
 )
 from solaris.evaluation.report import EvaluationSummary, WindowSummary, interval_text, verdict_lines, write_report
@@ -178,11 +177,7 @@ class WindowRows:
                 )
         upto = np.flatnonzero(events.ts <= end)
 
-        def digest(rows: np.ndarray) -> str:
-            part = events.select(rows)
-            return events_digest(part.user_id, part.item_id, part.ts, part.label, part.feedback)
-
-        return cls(window, pre, tail, scored, digest(pre), digest(upto))
+        return cls(window, pre, tail, scored, events.select(pre).digest(), events.select(upto).digest())
 
 
 @dataclass(frozen=True)
@@ -1015,7 +1010,7 @@ def run(
     intervals = _intervals(config, outcomes)
     per_seed = tuple(result for o in outcomes for result in o.results)
     summary = EvaluationSummary.of(
-        evaluation.aggregate_seeds([result for o in outcomes for result in o.results]),
+        evaluation.aggregate_seeds(list(per_seed)),
         output=str(out_dir),
         t0=tuple(w.t0.isoformat() for w in windows),
         windows=tuple(

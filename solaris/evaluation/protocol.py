@@ -40,7 +40,6 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from solaris.models import metrics
-from solaris.provenance import events_digest  # noqa: F401 - the evaluation's fingerprints hash events with it
 from solaris.tiers import SERVING_ORDER
 from solaris.timeutil import utc_stamp
 

@@ -110,11 +110,6 @@ class ExpireResult:
     optimized: bool
     vacuumed: bool
 
-    @property
-    def log_trimmed(self) -> int:
-        """Rows of ``pair_embeddings_log`` trimmed (the one trim there was before the other retentions)."""
-        return self.pair_embeddings_log.deleted
-
 
 def is_vacuum_hour(as_of: datetime, every_hours: int) -> bool:
     """Whether the scheduled expire at ``as_of`` VACUUMs: its UTC epoch hour is a multiple of ``every_hours``.

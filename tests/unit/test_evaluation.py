@@ -18,6 +18,7 @@ from solaris.evaluation.report import write_report
 from solaris.models.features import training_features
 from solaris.models.training import predict, vm_spec, warm_start_vm
 from solaris.models.vm import VerticalModel
+from solaris.provenance import events_digest
 
 T0 = datetime(2026, 1, 3, 12, tzinfo=timezone.utc)
 HOUR = 3600
@@ -335,12 +336,12 @@ def test_events_digest_sees_any_change_in_the_data():
     rng = np.random.default_rng(5)
     users, items, ts = rng.integers(0, 9, 50), rng.integers(0, 9, 50), np.arange(50)
     labels = (rng.random(50) < 0.5).astype(np.float32)
-    digest = evaluation.events_digest(users, items, ts, labels)
-    assert digest == evaluation.events_digest(users.copy(), items.copy(), ts.copy(), labels.copy())
+    digest = events_digest(users, items, ts, labels)
+    assert digest == events_digest(users.copy(), items.copy(), ts.copy(), labels.copy())
     flipped = labels.copy()
     flipped[3] = 1 - flipped[3]
-    assert digest != evaluation.events_digest(users, items, ts, flipped)
-    assert digest != evaluation.events_digest(users[:-1], items[:-1], ts[:-1], labels[:-1])
+    assert digest != events_digest(users, items, ts, flipped)
+    assert digest != events_digest(users[:-1], items[:-1], ts[:-1], labels[:-1])
 
 
 def test_checkpoints_are_reused_only_for_their_own_fingerprint(tmp_path):
