@@ -261,12 +261,19 @@ class AdapterConfig(_Strict):
     tier is switched off when it does not lower its own rows' log loss on the log's latest slice.
     Why concat is the default: the evaluation's per-tier strata (the served values against the placebo
     on each tier's own requests) favoured it; the comparison is in docs/models.md.
+    ``channel`` (:mod:`solaris.models.vm`): concat's warm-started, fine-tuned VM that also reads the
+    value's FM score and age, through input weights of its own and a per-tier linear path from the
+    score to the logit, all starting at zero; the score path and the score/age/tier input weights
+    learn at ``channel_learning_rate`` while the body and the vector's weights keep the fine-tune's
+    rate. Not the default until the evaluation has measured it on every window.
     """
 
-    design: Literal["adapter", "concat"] = "concat"
+    design: Literal["adapter", "concat", "channel"] = "concat"
     vector: bool = True  # adapter: a per-tier projection of the standardised vector beside the FM score
     l2: float = Field(1e-3, ge=0)  # adapter: ridge weight on its parameters (inputs are standardised per tier)
     min_validation_rows: int = Field(50, ge=1)  # adapter: a tier with fewer validation rows stays off
+    # channel: the rate of the channel's own weights (None: the pre-training rate, model.training.learning_rate)
+    channel_learning_rate: float | None = Field(None, gt=0)
 
 
 class ModelConfig(_Strict):

@@ -247,13 +247,14 @@ class TickServing:
 
 @dataclass(frozen=True)
 class ServedFeatures:
-    """Step 3: the FM embedding and tier serving returned for every tail and scored request."""
+    """Step 3: the FM embedding, tier and age serving returned for every tail and scored request."""
 
     vectors: np.ndarray  # [tail + scored, D]
     tiers: np.ndarray
     n_tail: int
     per_tick: tuple[TickServing, ...]
     seconds: float
+    ages: np.ndarray  # seconds from the value's computation to the request; NaN where nothing was served
 
     def tail(self) -> tuple[np.ndarray, np.ndarray]:
         return self.vectors[: self.n_tail], self.tiers[: self.n_tail]
@@ -262,35 +263,44 @@ class ServedFeatures:
         return self.vectors[self.n_tail :], self.tiers[self.n_tail :]
 
 
+Fed = tuple[np.ndarray, np.ndarray, np.ndarray]  # (vectors [n, D], tiers [n], ages [n]) one model is fed
+
+
 @dataclass(frozen=True)
 class FedInputs:
     """What each VM+SOLARIS model is fine-tuned on (``tail``) and scored with (``scored``).
 
     By variant: :data:`SOLARIS_ALL` what serving returned (the ablation feeds this model fewer
-    tiers), ``solaris_none`` nothing served, ``solaris_placebo`` the served vectors permuted within
-    each tier (tail and scored rows separately), ``solaris_oracle`` the exact pair, tier 1 on every row.
-    Each value: ``(vectors [n, D], tiers [n])``.
+    tiers), ``solaris_none`` nothing served, ``solaris_placebo`` the served values (vector and age)
+    permuted within each tier (tail and scored rows separately), ``solaris_oracle`` the exact pair,
+    tier 1 on every row, aged from its tick. Each value: ``(vectors [n, D], tiers [n], ages [n])``,
+    ages in seconds, NaN where nothing is served (read by the ``channel`` design only).
     """
 
-    tail: dict[str, tuple[np.ndarray, np.ndarray]]
-    scored: dict[str, tuple[np.ndarray, np.ndarray]]
+    tail: dict[str, Fed]
+    scored: dict[str, Fed]
 
 
-def fed_inputs(served: ServedFeatures, oracle: np.ndarray, seed: int) -> FedInputs:
-    """The input of every VM+SOLARIS model (pure; the placebo's permutation is seeded by ``seed``)."""
-    if oracle.shape != served.vectors.shape:
-        raise ValueError(f"oracle embeddings {oracle.shape} are not aligned with the served ones "
-                         f"{served.vectors.shape}")
+def fed_inputs(served: ServedFeatures, oracle: np.ndarray, seed: int, *, oracle_ages: np.ndarray) -> FedInputs:
+    """The input of every VM+SOLARIS model (pure; the placebo's permutation is seeded by ``seed``).
+
+    ``oracle_ages``: the age of each oracle value (:func:`oracle_ages`), aligned with ``oracle``.
+    """
+    if oracle.shape != served.vectors.shape or oracle_ages.shape != served.tiers.shape:
+        raise ValueError(f"oracle embeddings {oracle.shape} (ages {oracle_ages.shape}) are not aligned with the "
+                         f"served ones {served.vectors.shape}")
     rng = np.random.default_rng([seed, 1])  # its own stream: the placebo of seed s is fixed by s
     parts = {"tail": slice(0, served.n_tail), "scored": slice(served.n_tail, None)}
-    fed: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    fed: dict[str, dict[str, Fed]] = {}
     for part, rows in parts.items():  # tail first, then scored: each permuted within its own rows
-        vectors, tiers = served.vectors[rows], served.tiers[rows]
+        vectors, tiers, ages = served.vectors[rows], served.tiers[rows], served.ages[rows]
+        placebo = evaluation.permutation_within_tier(tiers, rng)
         fed[part] = {
-            evaluation.SOLARIS_ALL: (vectors, tiers),
-            evaluation.SOLARIS_NONE: evaluation.served_up_to_tier(vectors, tiers, 0),
-            evaluation.SOLARIS_PLACEBO: (evaluation.permuted_within_tier(vectors, tiers, rng), tiers),
-            evaluation.SOLARIS_ORACLE: (oracle[rows], np.full(tiers.size, TIER_PAIR, dtype=np.int64)),
+            evaluation.SOLARIS_ALL: (vectors, tiers, ages),
+            evaluation.SOLARIS_NONE: (*evaluation.served_up_to_tier(vectors, tiers, 0), np.full(tiers.size, np.nan)),
+            evaluation.SOLARIS_PLACEBO: (vectors[placebo].astype(np.float32), tiers, ages[placebo]),
+            evaluation.SOLARIS_ORACLE: (oracle[rows], np.full(tiers.size, TIER_PAIR, dtype=np.int64),
+                                        oracle_ages[rows]),
         }
     return FedInputs(fed["tail"], fed["scored"])
 
@@ -302,7 +312,8 @@ class FineTunedVMs:
     The VM+SOLARIS models follow ``model.adapter.design``: with ``adapter``, the fine-tuned VM (the
     baseline, or the distilled VM for ``solaris_distilled``) plus a tier adapter fit on the tail's
     served values (:func:`solaris.models.training.adapt_vm`; ``adapters`` records what each tier uses);
-    with ``concat``, a VM fine-tuned with the vector in its first layer.
+    with ``concat``, a VM fine-tuned with the vector in its first layer; with ``channel``, a VM
+    fine-tuned with the vector, FM score, age and tier as inputs and a per-tier score path.
     """
 
     baseline: VerticalModel
@@ -545,6 +556,7 @@ def serve_requests(seed_config: SolarisConfig, rows: WindowRows, events: EventAr
     tick_of = window.serving_tick(events.ts[served_rows])
     vectors = np.zeros((served_rows.size, dim), dtype=np.float32)
     tiers = np.zeros(served_rows.size, dtype=np.int64)
+    ages = np.full(served_rows.size, np.nan)
     per_tick = []
     for index, tick in enumerate(window.ticks()):
         mine = np.flatnonzero(tick_of == index)
@@ -557,12 +569,12 @@ def serve_requests(seed_config: SolarisConfig, rows: WindowRows, events: EventAr
             )
             if np.any((tier > 0) & ~(age > 0)):  # an embedding computed at or after its request = leakage
                 raise RuntimeError(f"snapshot {manifest.name} served an embedding not older than its request")
-            vectors[mine], tiers[mine] = got, tier
+            vectors[mine], tiers[mine], ages[mine] = got, tier, age
         per_tick.append(
             TickServing(tick.isoformat(), tick >= window.t0, int(mine.size),
                         evaluation.coverage_by_tier(tiers[mine]) if mine.size else {})
         )
-    return ServedFeatures(vectors, tiers, int(rows.tail.size), tuple(per_tick), time.monotonic() - started)
+    return ServedFeatures(vectors, tiers, int(rows.tail.size), tuple(per_tick), time.monotonic() - started, ages)
 
 
 def oracle_requests(config: SolarisConfig, rows: WindowRows, data: EvaluationData, fm: nn.Module) -> np.ndarray:
@@ -586,6 +598,13 @@ def oracle_requests(config: SolarisConfig, rows: WindowRows, data: EvaluationDat
     if embeddings is None:
         raise RuntimeError("the serving FM returned no pair embeddings")
     return embeddings
+
+
+def oracle_ages(rows: WindowRows, events: EventArrays) -> np.ndarray:
+    """Seconds from the oracle's serving tick (when its value is computed) to each tail and scored request."""
+    served_rows = np.concatenate([rows.tail, rows.scored])
+    ts = events.ts[served_rows]
+    return (ts - rows.window.serving_tick_times(ts)).astype(np.float64)
 
 
 def _fm_threads(config: SolarisConfig) -> None:
@@ -617,7 +636,9 @@ def fine_tune(
 
     def tuned(variant: str, base: VerticalModel, fed: str | None = None, **extra: Any) -> VerticalModel:
         if fed is not None:
-            extra["fm_embedding"], extra["fm_tier"] = inputs.tail[fed]
+            extra["fm_embedding"], extra["fm_tier"], ages = inputs.tail[fed]
+            if config.model.adapter.design == "channel":
+                extra.update(fm_age=ages, fm_head=cast("FoundationModel", models.fm).head)
         result = train_vm(events_tail, config, seed, variant, init_from=base, features=features_tail,
                           training=training, keep_initial=True, **extra)
         report.advance(metric=f"VM[{variant}]" + (f" on {fed}" if fed else ""))
@@ -625,7 +646,7 @@ def fine_tune(
 
     baseline = tuned("baseline", models.baseline)
     distilled = tuned("distilled", models.distilled, teacher_logits=tail_teacher)
-    if config.model.adapter.design == "concat":
+    if config.model.adapter.design in ("concat", "channel"):
         return FineTunedVMs(
             baseline=baseline,
             distilled=distilled,
@@ -641,7 +662,7 @@ def fine_tune(
 
     def adapted(name: str, body: VerticalModel, reference: VerticalModel, fed: str) -> nn.Module:
         # the adapter is fit on the VM of step 1 (it never saw the tail), then put on the fine-tuned VM
-        vectors, tiers = inputs.tail[fed]
+        vectors, tiers, _ = inputs.tail[fed]
         model, fitted = adapt_vm(config, body, cast("FoundationModel", models.fm), reference=reference,
                                  features=features_tail, labels=events_tail.label, ts_seconds=events_tail.ts,
                                  fm_embedding=vectors, fm_tier=tiers)
@@ -685,8 +706,9 @@ def predict_scored(
     started = time.monotonic()
     features_scored = data.features.take(rows.scored)
 
-    def fed(model: nn.Module, vectors: np.ndarray, tiers: np.ndarray) -> np.ndarray:
-        return predict(model, features_scored, {"fm_embedding": vectors, "fm_tier": tiers})
+    def fed(model: nn.Module, vectors: np.ndarray, tiers: np.ndarray, ages: np.ndarray) -> np.ndarray:
+        return predict(model, features_scored, {"fm_embedding": vectors, "fm_tier": tiers,
+                                                "fm_age": ages.astype(np.float32)})
 
     _fm_threads(config)
     by_variant = {"fm": predict(models.fm, features_scored),
@@ -694,11 +716,11 @@ def predict_scored(
     for name, model in ((evaluation.PRETRAINED["vm_baseline"], models.baseline), ("vm_baseline", tuned.baseline),
                         (evaluation.PRETRAINED["vm_distilled"], models.distilled), ("vm_distilled", tuned.distilled)):
         by_variant[name] = predict(model, features_scored)
-    served_vectors, served_tiers = inputs.scored[evaluation.SOLARIS_ALL]
+    served_vectors, served_tiers, served_ages = inputs.scored[evaluation.SOLARIS_ALL]
     for name in evaluation.ABLATION:
-        by_variant[name] = fed(tuned.solaris, *evaluation.served_up_to_tier(
-            served_vectors, served_tiers, evaluation.SOLARIS_MAX_TIER[name]))
-    by_variant["solaris_distilled"] = fed(tuned.solaris_distilled, served_vectors, served_tiers)
+        vectors, tiers = evaluation.served_up_to_tier(served_vectors, served_tiers, evaluation.SOLARIS_MAX_TIER[name])
+        by_variant[name] = fed(tuned.solaris, vectors, tiers, evaluation.ages_where_served(served_ages, tiers))
+    by_variant["solaris_distilled"] = fed(tuned.solaris_distilled, served_vectors, served_tiers, served_ages)
     for name, fed_model in ((evaluation.SOLARIS_NONE, tuned.control), (evaluation.SOLARIS_PLACEBO, tuned.placebo),
                             (evaluation.SOLARIS_ORACLE, tuned.oracle)):
         by_variant[name] = fed(fed_model, *inputs.scored[name])
@@ -780,7 +802,7 @@ def evaluate_seed(
     key = (window.t0.isoformat(), models.versions["fm"])
     if key not in data.oracle:  # one serving FM per window: every seed sharing it reuses its oracle input
         data.oracle[key] = oracle_requests(config, rows, data, models.fm)
-    inputs = fed_inputs(served, data.oracle[key], seed)
+    inputs = fed_inputs(served, data.oracle[key], seed, oracle_ages=oracle_ages(rows, data.events))
     tuned = fine_tune(seed_config, rows, data, seed=seed, models=models, inputs=inputs)
     predictions = predict_scored(config, rows, data, models=models, tuned=tuned, inputs=inputs)
     result = score_seed(spark, replay_config, rows, data.events, seed=seed, models=models, replayed=replayed,

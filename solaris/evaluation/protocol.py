@@ -10,7 +10,9 @@ is summarised, so each rule can be unit-tested on small arrays:
   its tier is within the allowed ones (tiers are a fallback chain in code order, so "tiers 1-2"
   means answers of tier 3 and beyond become "nothing served");
 * :func:`permuted_within_tier` - the placebo's input: served vectors shuffled among the rows of
-  the same tier (same inputs' distribution, no pair information);
+  the same tier (same inputs' distribution, no pair information); :func:`permutation_within_tier`
+  the row order behind it, which the served values' ages follow too;
+* :func:`ages_where_served` - a served value's age where a tier is fed, unknown (NaN) where not;
 * :meth:`EvaluationWindow.serving_tick_times` - the oracle's query times (the serving tick);
 * :func:`variant_metrics` / :func:`aggregate_seeds` - per-variant metrics, transfer ratios and
   mean ± std over seeds, as the typed results :class:`SeedResult` / :class:`SeedAggregate`.
@@ -275,19 +277,38 @@ def served_up_to_tier(vectors: np.ndarray, tiers: np.ndarray, max_tier: int) -> 
     return np.where(keep[:, None], vectors, 0.0).astype(np.float32), np.where(keep, tiers, 0)
 
 
+def ages_where_served(ages: np.ndarray, tiers: np.ndarray) -> np.ndarray:
+    """Each value's age (seconds) where ``tiers`` serves one, NaN (the resolver's "no value") at tier 0.
+
+    The age that goes with :func:`served_up_to_tier`'s output: a row it turns into "nothing served"
+    loses its age with its vector.
+    """
+    return np.where(np.asarray(tiers) > 0, np.asarray(ages, dtype=np.float64), np.nan)
+
+
+def permutation_within_tier(tiers: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The placebo's row order: for each row, a random row *of the same tier* (a permutation per tier).
+
+    Indexing a row's served columns (vector, age) with it moves them together, so the placebo's
+    value of a row is another request's value with that value's own age. Pure and seeded.
+    """
+    tiers = np.asarray(tiers, dtype=np.int64)
+    order = np.arange(tiers.size)
+    for tier in np.unique(tiers):
+        rows = np.flatnonzero(tiers == tier)
+        order[rows] = rng.permutation(rows)
+    return order
+
+
 def permuted_within_tier(vectors: np.ndarray, tiers: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """The placebo's input: each row gets the vector of a random row *of the same tier*.
 
     Every tier keeps its multiset of vectors and every row its tier, so a model sees the same
     marginal distribution of inputs as SOLARIS (how many requests each tier serves, what its
-    vectors look like) but a vector that belongs to another request's pair. Pure and seeded.
+    vectors look like) but a vector that belongs to another request's pair. Pure and seeded
+    (:func:`permutation_within_tier`).
     """
-    tiers = np.asarray(tiers, dtype=np.int64)
-    out = np.array(vectors, dtype=np.float32, copy=True)
-    for tier in np.unique(tiers):
-        rows = np.flatnonzero(tiers == tier)
-        out[rows] = vectors[rng.permutation(rows)]
-    return out
+    return np.asarray(vectors, dtype=np.float32)[permutation_within_tier(tiers, rng)]
 
 
 def coverage_by_tier(tiers: np.ndarray) -> dict[str, float]:

@@ -279,6 +279,14 @@ def _setup_lines(summary: EvaluationSummary) -> list[str]:
 
 
 def _adapter_line(adapter: AdapterConfig | None) -> str:
+    if adapter is not None and adapter.design == "channel":
+        own = adapter.channel_learning_rate
+        rate = "the pre-training rate" if own is None else f"{own:g}"
+        return ("- VM+SOLARIS input (`model.adapter.design: channel`): the served vector, its FM score (the FM's head "
+                "on it), its age and a one-hot of its tier through input weights of their own into the VM's first "
+                "layer, plus a per-tier linear path from the FM score (its gain sloped in the age) to the logit; "
+                "every new weight starting at zero (the warm start is the VM); the score path and the score, age "
+                f"and tier weights learning at {rate}, the VM and the vector's weights at the fine-tune's rate.")
     if adapter is None or adapter.design == "concat":
         return ("- VM+SOLARIS input (`model.adapter.design: concat`): the served vector and a one-hot of its tier in "
                 "the VM's first layer (the new weights starting at zero, so the warm start is the VM), fine-tuned "

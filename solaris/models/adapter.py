@@ -9,6 +9,10 @@ where ``t`` is the serving tier (:mod:`solaris.tiers`) and the FM score is the s
 head applied to the served vector: for tier 1 the FM's own logit of the pair, for an aggregate the
 mean of the logits it averages (the head is linear). Tier 0 (nothing served) adds nothing.
 
+The same module, with the vector projection off and an age slope on the gain (``AdapterSpec.age``),
+is the score path of the ``channel`` design's VM (:class:`solaris.models.vm.VerticalModel`), trained
+with the VM by gradient instead of fit by :func:`fit_adapter`.
+
 Why this shape, and not the vector concatenated into the VM's first layer (``model.adapter.design:
 concat``, the earlier design):
 
@@ -48,9 +52,25 @@ class AdapterSpec:
 
     embedding_dim: int
     vector: bool = True  # a projection of the standardised vector per tier, beside the FM score
+    # a per-tier slope of the score's gain in the value's encoded age (:func:`encode_age`): the gain is
+    # ``gain[t] + age_gain[t] * encode_age(age)``, so a tier's score can count less the older its value
+    age: bool = False
 
     def to_dict(self) -> dict:
         return {"arch": "tier_adapter", **asdict(self)}
+
+
+def encode_age(age_seconds: torch.Tensor) -> torch.Tensor:
+    """A served value's age as the models read it: ``log(1 + minutes)``, 0 when unknown (nothing served).
+
+    Why a log of minutes: what a value is worth changes most in its first minutes (a pair value a
+    minute old against one an hour old) and little between hours and days, and the log keeps a value
+    days old at a scale of ~8 beside inputs of order 1. NaN (the resolver's age where nothing was
+    served) and infinities read as 0: the tier says that nothing was served. A negative age (a value
+    computed after its request, which the resolver never serves) is clipped to 0.
+    """
+    age = torch.nan_to_num(age_seconds.float(), nan=0.0, posinf=0.0, neginf=0.0).clamp(min=0.0)
+    return torch.log1p(age / 60.0)
 
 
 # what a tier of a fitted adapter uses (AdapterFit.choice)
@@ -78,6 +98,8 @@ class AdapterFit:
 class TierAdapter(nn.Module):
     """The per-tier residual: ``gain[t] * z_score + shift[t] + proj[t] . z_vector`` (0 for tier 0).
 
+    With ``spec.age`` the gain is ``gain[t] + age_gain[t] * age_code`` (``age_code`` from :func:`encode_age`).
+
     Buffers (fixed once fit): the FM head (``head_weight``, ``head_bias``) and the per-tier centre and
     scale of the FM score and of the vector, from the rows the adapter is fit on.
     """
@@ -104,6 +126,7 @@ class TierAdapter(nn.Module):
         self.gain = nn.Parameter(torch.zeros(N_TIERS))
         self.shift = nn.Parameter(torch.zeros(N_TIERS))
         self.proj = nn.Parameter(torch.zeros(N_TIERS, dim)) if spec.vector else None
+        self.age_gain = nn.Parameter(torch.zeros(N_TIERS)) if spec.age else None
 
     def set_head(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
         """Copy the serving FM's linear head (the map from pair embedding to click logit)."""
@@ -130,10 +153,19 @@ class TierAdapter(nn.Module):
                 self.vector_center[t] = vector[rows].mean(dim=0)
                 self.vector_scale[t] = vector[rows].std(dim=0).clamp(min=_MIN_SCALE)
 
-    def forward(self, vector: torch.Tensor, tier: torch.Tensor) -> torch.Tensor:
+    def standardised_score(self, vector: torch.Tensor, tier: torch.Tensor) -> torch.Tensor:
+        """The FM score centred and scaled by its tier's statistics (:meth:`standardise`)."""
         tier = tier.long()
-        z_score = (self.fm_score(vector) - self.score_center[tier]) / self.score_scale[tier]
-        residual = self.gain[tier] * z_score + self.shift[tier]
+        return (self.fm_score(vector) - self.score_center[tier]) / self.score_scale[tier]
+
+    def forward(self, vector: torch.Tensor, tier: torch.Tensor, age_code: torch.Tensor | None = None) -> torch.Tensor:
+        tier = tier.long()
+        gain = self.gain[tier]
+        if self.age_gain is not None:
+            if age_code is None:
+                raise ValueError("this adapter reads the served value's age (age_code)")
+            gain = gain + self.age_gain[tier] * age_code
+        residual = gain * self.standardised_score(vector, tier) + self.shift[tier]
         if self.proj is not None:
             z_vector = (vector - self.vector_center[tier]) / self.vector_scale[tier]
             residual = residual + (self.proj[tier] * z_vector).sum(dim=-1)
@@ -142,7 +174,10 @@ class TierAdapter(nn.Module):
     def penalty(self) -> torch.Tensor:
         """Sum of squared weights (the ridge term of :func:`fit_adapter`)."""
         total = (self.gain**2).sum() + (self.shift**2).sum()
-        return total + (self.proj**2).sum() if self.proj is not None else total
+        for extra in (self.proj, self.age_gain):
+            if extra is not None:
+                total = total + (extra**2).sum()
+        return total
 
 
 class AdaptedVM(nn.Module):
@@ -191,6 +226,8 @@ def _solve(adapter: TierAdapter, offset: torch.Tensor, label: torch.Tensor, vect
 def _check_inputs(spec: AdapterSpec, body_logits: np.ndarray, labels: np.ndarray, ts_seconds: np.ndarray,
                   vectors: np.ndarray, tiers: np.ndarray) -> None:
     """One row per label in every input, vectors of the spec's width, nothing NaN or infinite."""
+    if spec.age:
+        raise ValueError("fit_adapter reads no ages: the age slope belongs to the channel design's score path")
     n = len(labels)
     for name, array in (("body_logits", body_logits), ("ts_seconds", ts_seconds), ("tiers", tiers)):
         if len(array) != n:

@@ -136,10 +136,12 @@ class _Step:
     @classmethod
     def of(cls, model: nn.Module, training: TrainingConfig, n_rows: int,
            loss_fn: Callable[[torch.Tensor, torch.Tensor, dict], torch.Tensor], features: Features,
-           labels: np.ndarray, extras: dict[str, np.ndarray], device: str | torch.device) -> _Step:
-        """Adam with ``training``'s rate, and its schedule over the ``max_epochs`` budget of steps."""
-        optimizer = torch.optim.Adam(model.parameters(), lr=training.learning_rate,
-                                     weight_decay=training.weight_decay)
+           labels: np.ndarray, extras: dict[str, np.ndarray], device: str | torch.device,
+           param_groups: list[dict[str, Any]] | None = None) -> _Step:
+        """Adam with ``training``'s rate (or ``param_groups``, each with its own ``lr``), and its
+        schedule over the ``max_epochs`` budget of steps (the same factor for every group)."""
+        parameters = param_groups if param_groups is not None else model.parameters()
+        optimizer = torch.optim.Adam(parameters, lr=training.learning_rate, weight_decay=training.weight_decay)
         budget = training.max_epochs * -(-n_rows // training.batch_size)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _rate_factor(training.lr_schedule, budget))
         return cls(model, optimizer, schedule, loss_fn, features, labels, extras, device)
@@ -177,8 +179,12 @@ def fit(
     name: str = "model",
     device: str | torch.device = "cpu",
     keep_initial: bool = False,
+    param_groups: list[dict[str, Any]] | None = None,
 ) -> TrainResult:
     """Mini-batch Adam with early stopping on NE of a time-based validation slice.
+
+    ``param_groups``: the optimizer's parameter groups (torch's form; a group without ``lr`` gets
+    ``training.learning_rate``), e.g. :func:`channel_parameter_groups`; None: every parameter at that rate.
 
     ``keep_initial``: the weights the model comes with are a candidate too (epoch 0, scored on the
     validation slice before any step), kept when no epoch beats them. Why: a fine-tune of a
@@ -196,7 +202,7 @@ def fit(
     if training.max_train_examples and train_rows.size > training.max_train_examples:
         train_rows = train_rows[-training.max_train_examples:]  # keep the most recent
     model.to(device)
-    step = _Step.of(model, training, train_rows.size, loss_fn, features, labels, extras, device)
+    step = _Step.of(model, training, train_rows.size, loss_fn, features, labels, extras, device, param_groups)
     rng = np.random.default_rng(seed)
     started = time.monotonic()
     best_state: dict[str, Any] | None = None
@@ -315,9 +321,47 @@ def fm_spec(config: SolarisConfig) -> FMSpec:
 
 
 def vm_spec(config: SolarisConfig, with_fm_embedding: bool = False) -> VMSpec:
+    """The VM of ``model.vm``; with the FM embedding slot, read as ``model.adapter.design`` says (the
+    ``channel`` design's own inputs and score path; the concat first layer for the other two)."""
     vm = config.model.vm
     return VMSpec(vm.id_buckets, vm.id_dim, tuple(vm.hidden), config.model.embedding_dim if with_fm_embedding else 0,
-                  user_id_dropout=vm.user_id_dropout)
+                  user_id_dropout=vm.user_id_dropout,
+                  channel=with_fm_embedding and config.model.adapter.design == "channel")
+
+
+def channel_parameter_groups(model: VerticalModel, *, body_rate: float, channel_rate: float) -> list[dict[str, Any]]:
+    """Adam parameter groups: the channel's score path and score/age/tier input weights
+    (:meth:`VerticalModel.channel_parameters`) at ``channel_rate``, every other weight (the body, and
+    the vector's input weights as in concat) at ``body_rate``.
+
+    Why two rates: the fine-tune's low rate keeps a warm-started body near what it learnt on the
+    whole history, but the score path starts at zero and has only the tail's rows to learn from; at
+    the body's rate it would end the fine-tune near zero, whatever the served values hold.
+    """
+    channel = model.channel_parameters()
+    ids = {id(parameter) for parameter in channel}
+    body = [parameter for parameter in model.parameters() if id(parameter) not in ids]
+    return [{"params": body, "lr": body_rate}, {"params": channel, "lr": channel_rate}]
+
+
+def _channel_setup(
+    model: VerticalModel, config: SolarisConfig, training: TrainingConfig, *, fm_head: nn.Linear | None,
+    fm_embedding: np.ndarray, fm_tier: np.ndarray, ts: np.ndarray,
+) -> list[dict[str, Any]]:
+    """Give a channel VM the FM's head and its score's per-tier centre and scale; its parameter groups.
+
+    The statistics come from the rows before the validation slice (inputs only, no labels); a warm
+    start from a channel VM gets the head and statistics of the FM and rows it is trained with now.
+    """
+    if fm_head is None:
+        raise ValueError("the channel design needs the serving FM's head (fm_head) to score the served vectors")
+    model.set_fm_head(fm_head)
+    fitting, _ = time_split(ts, training.validation_fraction)
+    assert model.score_path is not None
+    model.score_path.standardise(fm_embedding[fitting], fm_tier[fitting])
+    settings = config.model.adapter
+    channel_rate = settings.channel_learning_rate or config.model.training.learning_rate
+    return channel_parameter_groups(model, body_rate=training.learning_rate, channel_rate=channel_rate)
 
 
 def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device: str | torch.device = "cpu",
@@ -410,12 +454,20 @@ def train_vm(
     init_from: VerticalModel | None = None,
     training: TrainingConfig | None = None,
     keep_initial: bool = False,
+    *,
+    fm_age: np.ndarray | None = None,
+    fm_head: nn.Linear | None = None,
 ) -> TrainResult:
     """Train one VM variant; distilled variants need the FM's logits on the same examples.
 
     ``init_from`` warm-starts from a trained VM (:func:`warm_start_vm`), ``training`` replaces
     ``config.model.training`` (e.g. a smaller batch for fine-tuning on a few hours of data),
     ``keep_initial`` keeps the warm start when no epoch beats it on validation NE (:func:`fit`).
+    With ``model.adapter.design: channel`` the SOLARIS variants also read ``fm_age`` (each served
+    value's age in seconds, NaN where nothing was served) and score the vectors with ``fm_head`` (the
+    serving FM's head); the channel's new weights (:func:`channel_parameter_groups`) learn at
+    ``model.adapter.channel_learning_rate`` (the pre-training rate ``model.training.learning_rate`` when
+    unset), the rest at ``training``'s rate.
     """
     if variant not in VM_VARIANTS:
         raise ValueError(f"unknown VM variant {variant!r}; expected one of {VM_VARIANTS}")
@@ -440,22 +492,28 @@ def train_vm(
         return distillation_loss(logit, target, teacher, kd.weight if distilled else 0.0, kd.temperature)
 
     seed_everything(seed)
-    model = (
-        warm_start_vm(init_from, vm_spec(config, with_fm_embedding=uses_fm))
-        if init_from is not None
-        else VerticalModel(vm_spec(config, with_fm_embedding=uses_fm))
-    )
+    spec = vm_spec(config, with_fm_embedding=uses_fm)
+    model = warm_start_vm(init_from, spec) if init_from is not None else VerticalModel(spec)
+    training = training or config.model.training
+    groups = None
+    if spec.channel:
+        if fm_age is None:
+            raise ValueError(f"variant {variant!r} of the channel design needs the served values' ages (fm_age)")
+        extras["fm_age"] = np.asarray(fm_age, dtype=np.float32)
+        groups = _channel_setup(model, config, training, fm_head=fm_head, fm_embedding=extras["fm_embedding"],
+                                fm_tier=extras["fm_tier"], ts=events.ts)
     return fit(
         model,
         features,
         events.label,
         events.ts,
-        training or config.model.training,
+        training,
         seed,
         extras,
         loss_fn,
         name=f"VM[{variant}]",
         keep_initial=keep_initial,
+        param_groups=groups,
     )
 
 
@@ -499,7 +557,8 @@ def warm_start_vm(base: VerticalModel, spec: VMSpec) -> VerticalModel:
     """A new VM of ``spec`` initialised from ``base`` (same ids, buckets and hidden sizes).
 
     Why: recurring training continues from yesterday's model; adding the FM-embedding slot
-    should not throw away what the VM already knows. The slot's input weights start at zero, so
+    should not throw away what the VM already knows. The slot's input weights start at zero (and
+    so do the ``channel`` design's input weights and score path, which ``base`` need not have), so
     the warm-started model predicts exactly like ``base`` until training finds a use for the FM.
     """
     if base.spec.fm_embedding_dim and base.spec.fm_embedding_dim != spec.fm_embedding_dim:

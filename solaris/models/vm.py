@@ -11,21 +11,42 @@ One architecture for the four variants of docs/architecture.md §8, which differ
   (tier 0 = nothing served, a zero vector), so the model learns how much to trust each tier;
 * *SOLARIS+distilled*: both.
 
+How a SOLARIS VM reads the served value (``model.adapter.design``, docs/models.md):
+
+* ``concat``: the vector and the tier's one-hot widen the first layer (the new columns start at zero);
+* ``channel`` (``VMSpec.channel``): the served *channel* - the vector, its FM score (the serving FM's
+  head on the vector, standardised per tier), its age (:func:`~solaris.models.adapter.encode_age`)
+  and its tier's one-hot - enters the first layer through zero-initialised weights of its own
+  (``vector_in`` for the vector, ``signal_in`` for the score, age and tier), and a per-tier linear
+  *score path* (a :class:`~solaris.models.adapter.TierAdapter` with an age slope and no vector
+  projection) adds ``(gain[t] + age_gain[t] * age) * z(score) + shift[t]`` to the logit, starting at
+  zero. Why: the FM score is the FM's own best guess for the pair; through the first layer alone it
+  reaches the logit only via the hidden ReLU units learnt from zero at the fine-tune's rate, while a
+  linear path hands it to the logit with one weight per tier, and the age slope lets a tier's score
+  count less the older its value. Modules of their own (not columns of the first layer) so that the
+  few weights of the score, age and tier can learn at their own rate
+  (:meth:`VerticalModel.channel_parameters`).
+  Both designs start as the VM they are warm-started from: every new weight is zero.
+
 The verifier is the baseline VM scoring candidate pairs (:func:`verifier_scores`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from solaris.models.adapter import AdapterSpec, TierAdapter, encode_age
 from solaris.models.common import NUMERIC_FEATURES, HashedEmbedding, drop_ids, mlp, numeric_features, to_tensors
 from solaris.models.features import Features
 from solaris.tiers import N_TIERS
+
+CHANNEL_SCALARS = 2  # the channel's inputs beside the vector and the tier's one-hot: the FM score and the age
 
 
 @dataclass(frozen=True)
@@ -37,9 +58,21 @@ class VMSpec:
     # training rows whose user-id vector is zeroed, the user table then starting at zero (as the FM's);
     # 0 in checkpoints written before the field existed
     user_id_dropout: float = 0.0
+    # the ``channel`` design (module docstring): the served vector, FM score, age and tier through their
+    # own input weights, and a per-tier score path to the logit; needs ``fm_embedding_dim``
+    channel: bool = False
 
     def to_dict(self) -> dict:
-        return {"arch": "vm", **asdict(self)}
+        """The spec as a checkpoint's config.json stores it; ``channel`` only when set.
+
+        Why omit it when off: a VM without the channel then writes the config.json it wrote before the
+        field existed, so its checkpoint version (a content hash, on which the evaluation's replay
+        fingerprint depends) does not change; a config.json without the field loads as ``False``.
+        """
+        fields = asdict(self)
+        if not self.channel:
+            del fields["channel"]
+        return {"arch": "vm", **fields}
 
 
 class VerticalModel(nn.Module):
@@ -53,9 +86,44 @@ class VerticalModel(nn.Module):
             nn.init.zeros_(self.user_emb.table.weight)
         self.item_emb = HashedEmbedding(spec.id_buckets, spec.id_dim, salt=12)
         width = 2 * spec.id_dim + len(NUMERIC_FEATURES)
-        if spec.fm_embedding_dim:
+        if spec.channel and not spec.fm_embedding_dim:
+            raise ValueError("the channel design needs the FM embedding slot (fm_embedding_dim > 0)")
+        if spec.fm_embedding_dim and not spec.channel:
             width += spec.fm_embedding_dim + N_TIERS
         self.net = mlp([width, *spec.hidden, 1])
+        self.vector_in: nn.Linear | None = None
+        self.signal_in: nn.Linear | None = None
+        self.score_path: TierAdapter | None = None
+        if spec.channel:
+            first = self.net[0]
+            assert isinstance(first, nn.Linear)
+            self.vector_in = nn.Linear(spec.fm_embedding_dim, first.out_features, bias=False)
+            self.signal_in = nn.Linear(CHANNEL_SCALARS + N_TIERS, first.out_features, bias=False)
+            nn.init.zeros_(self.vector_in.weight)
+            nn.init.zeros_(self.signal_in.weight)
+            self.score_path = TierAdapter(AdapterSpec(spec.fm_embedding_dim, vector=False, age=True))
+            with torch.no_grad():
+                self.score_path.enabled[1:] = 1.0  # every served tier; tier 0 (nothing served) adds nothing
+
+    def set_fm_head(self, head: nn.Linear) -> None:
+        """Copy the serving FM's head, which turns a served vector into the channel's FM score."""
+        if self.score_path is None:
+            raise ValueError("only a VM with the channel reads the FM score")
+        self.score_path.set_head(head.weight, head.bias)
+
+    def channel_parameters(self) -> list[nn.Parameter]:
+        """The weights that learn at the channel's rate: the score path and the first-layer weights of
+        the score, age and tier (``signal_in``); empty without the channel.
+
+        Why apart: a fine-tune trains the VM's body at a low rate on a day of rows, which would leave
+        weights that start at zero near zero; these few can then get a rate of their own. Why not
+        the vector's weights (``vector_in``, which keep the body's rate, as concat's do): a D x hidden
+        block of weights at a high rate fits the vector's noise on a day of rows, and absorbs the
+        score's signal before the score path has moved.
+        """
+        if self.signal_in is None or self.score_path is None:
+            return []
+        return [cast(nn.Parameter, self.signal_in.weight), *self.score_path.parameters()]
 
     def forward(self, batch: dict) -> torch.Tensor:
         parts = [
@@ -63,14 +131,23 @@ class VerticalModel(nn.Module):
             self.item_emb(batch["item_id"]),
             numeric_features(batch),
         ]
-        if self.spec.fm_embedding_dim:
-            embedding = batch["fm_embedding"]
-            if embedding.shape[-1] != self.spec.fm_embedding_dim:
-                raise ValueError(
-                    f"fm_embedding has dim {embedding.shape[-1]}, model expects {self.spec.fm_embedding_dim}"
-                )
-            parts += [embedding, F.one_hot(batch["fm_tier"].long(), N_TIERS).float()]
-        return self.net(torch.cat(parts, dim=-1)).squeeze(-1)
+        if not self.spec.fm_embedding_dim:
+            return self.net(torch.cat(parts, dim=-1)).squeeze(-1)
+        embedding = batch["fm_embedding"]
+        if embedding.shape[-1] != self.spec.fm_embedding_dim:
+            raise ValueError(f"fm_embedding has dim {embedding.shape[-1]}, model expects {self.spec.fm_embedding_dim}")
+        tier = batch["fm_tier"].long()
+        if self.vector_in is None or self.signal_in is None or self.score_path is None:  # concat
+            parts += [embedding, F.one_hot(tier, N_TIERS).float()]
+            return self.net(torch.cat(parts, dim=-1)).squeeze(-1)
+        if "fm_age" not in batch:
+            raise ValueError("the channel VM reads the served value's age: fm_age (seconds; NaN where nothing served)")
+        served = self.score_path.enabled[tier]  # 0 where nothing was served: no score, no age
+        age = encode_age(batch["fm_age"]) * served
+        score = self.score_path.standardised_score(embedding, tier) * served
+        signal = torch.cat([score[:, None], age[:, None], F.one_hot(tier, N_TIERS).float()], dim=-1)
+        hidden = self.net[0](torch.cat(parts, dim=-1)) + self.vector_in(embedding) + self.signal_in(signal)
+        return self.net[1:](hidden).squeeze(-1) + self.score_path(embedding, tier, age)
 
 
 def distillation_loss(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import datetime, timezone
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -468,33 +469,72 @@ def test_every_solaris_model_gets_its_own_input_for_training_and_scoring():
     n_tail, n = 40, 100
     tiers = rng.choice([0, 1, 2, 3, 5], size=n)
     vectors = np.where(tiers[:, None] > 0, rng.normal(size=(n, 3)), 0.0).astype(np.float32)
-    served = evaluate_job.ServedFeatures(vectors, tiers, n_tail, (), 0.0)
+    ages = np.where(tiers > 0, rng.uniform(1, 7200, n), np.nan)
+    served = evaluate_job.ServedFeatures(vectors, tiers, n_tail, (), 0.0, ages)
     oracle = rng.normal(size=(n, 3)).astype(np.float32)
-    inputs = evaluate_job.fed_inputs(served, oracle, seed=42)
+    oracle_ages = rng.uniform(1, 3600, n)
+    inputs = evaluate_job.fed_inputs(served, oracle, seed=42, oracle_ages=oracle_ages)
     for part, rows in (("tail", slice(0, n_tail)), ("scored", slice(n_tail, n))):
         fed = getattr(inputs, part)
-        # bit-exact: served vectors are copied, no arithmetic
+        # bit-exact: served vectors and ages are copied, no arithmetic
         assert np.array_equal(fed[evaluation.SOLARIS_ALL][0], vectors[rows])
-        none_vectors, none_tiers = fed[evaluation.SOLARIS_NONE]
-        assert not none_vectors.any() and not none_tiers.any()
-        placebo_vectors, placebo_tiers = fed[evaluation.SOLARIS_PLACEBO]
+        # bit-exact: copied ages, NaN where nothing was served
+        assert np.array_equal(fed[evaluation.SOLARIS_ALL][2], ages[rows], equal_nan=True)
+        none_vectors, none_tiers, none_ages = fed[evaluation.SOLARIS_NONE]
+        assert not none_vectors.any() and not none_tiers.any() and np.isnan(none_ages).all()
+        placebo_vectors, placebo_tiers, placebo_ages = fed[evaluation.SOLARIS_PLACEBO]
         # bit-exact: integer tiers
         assert np.array_equal(placebo_tiers, tiers[rows])  # permuted within the part's own rows and tiers
         for tier in np.unique(tiers[rows]):
             mine = tiers[rows] == tier
             assert sorted(map(tuple, placebo_vectors[mine])) == sorted(map(tuple, vectors[rows][mine]))
         assert not np.array_equal(placebo_vectors, vectors[rows])  # bit-exact: a permutation moves whole copied rows
-        oracle_vectors, oracle_tiers = fed[evaluation.SOLARIS_ORACLE]
+        # each placebo row carries one served row's vector together with that value's own age
+        # bit-exact: rows and ages copied together by one permutation
+        assert {tuple(v) + (a,) for v, a in zip(placebo_vectors, np.nan_to_num(placebo_ages, nan=-1))} == {
+            tuple(v) + (a,) for v, a in zip(vectors[rows], np.nan_to_num(ages[rows], nan=-1))}
+        oracle_vectors, oracle_tiers, fed_oracle_ages = fed[evaluation.SOLARIS_ORACLE]
         # bit-exact: oracle vectors are copied, no arithmetic
         assert np.array_equal(oracle_vectors, oracle[rows]) and (oracle_tiers == 1).all()  # the pair tier everywhere
-    same = evaluate_job.fed_inputs(served, oracle, seed=42)
+        assert np.array_equal(fed_oracle_ages, oracle_ages[rows])  # bit-exact: copied
+    same = evaluate_job.fed_inputs(served, oracle, seed=42, oracle_ages=oracle_ages)
     # bit-exact: one seed, one permutation of copied rows
     assert np.array_equal(same.scored[evaluation.SOLARIS_PLACEBO][0], inputs.scored[evaluation.SOLARIS_PLACEBO][0])
-    other = evaluate_job.fed_inputs(served, oracle, seed=43)  # another seed, another permutation
+    other = evaluate_job.fed_inputs(served, oracle, seed=43, oracle_ages=oracle_ages)  # another seed, permutation
     # bit-exact: another seed permutes the copied rows elsewhere
     assert not np.array_equal(other.tail[evaluation.SOLARIS_PLACEBO][0], inputs.tail[evaluation.SOLARIS_PLACEBO][0])
     with pytest.raises(ValueError, match="not aligned"):
-        evaluate_job.fed_inputs(served, oracle[:-1], seed=42)
+        evaluate_job.fed_inputs(served, oracle[:-1], seed=42, oracle_ages=oracle_ages)
+    with pytest.raises(ValueError, match="not aligned"):
+        evaluate_job.fed_inputs(served, oracle, seed=42, oracle_ages=oracle_ages[:-1])
+
+
+def test_the_placebo_keeps_the_permutation_it_had_before_ages_followed_it():
+    """permuted_within_tier is the vectors indexed by permutation_within_tier: the same draws, the same rows."""
+    rng = np.random.default_rng(5)
+    tiers = rng.choice([0, 1, 3], size=50)
+    vectors = rng.normal(size=(50, 2))
+    order = evaluation.permutation_within_tier(tiers, np.random.default_rng(9))
+    # bit-exact: integer tiers, and rows copied by the same index
+    assert np.array_equal(tiers[order], tiers)
+    # bit-exact: rows copied by the same index (as float32)
+    assert np.array_equal(evaluation.permuted_within_tier(vectors, tiers, np.random.default_rng(9)),
+                          vectors[order].astype(np.float32))
+
+
+def test_ages_follow_the_ablation_and_the_oracle_is_aged_from_its_tick():
+    ages = np.array([np.nan, 30.0, 600.0, 4000.0])
+    tiers = np.array([0, 1, 2, 3])
+    _, kept = evaluation.served_up_to_tier(np.ones((4, 2), dtype=np.float32), tiers, 2)
+    # bit-exact: copied ages, NaN where the ablation serves nothing
+    assert np.array_equal(evaluation.ages_where_served(ages, kept), [np.nan, 30.0, 600.0, np.nan], equal_nan=True)
+    window = evaluation.EvaluationWindow(T0, tail_hours=2, eval_hours=3)
+    cutoff = window.fm_cutoff.timestamp()
+    ts = np.array([cutoff + 1, cutoff + HOUR + 90, T0.timestamp() + 30, T0.timestamp() + 3 * HOUR], dtype=np.int64)
+    rows = evaluate_job.WindowRows(window, np.arange(0), np.arange(2), np.arange(2, 4), "", "")
+    events = SimpleNamespace(ts=ts)
+    # bit-exact: integer seconds
+    assert evaluate_job.oracle_ages(rows, events).tolist() == [1.0, 90.0, 30.0, HOUR]  # type: ignore[arg-type]
 
 
 def test_the_variants_include_the_pretrained_vms_the_controls_and_the_ceiling():
