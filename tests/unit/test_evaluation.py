@@ -20,6 +20,7 @@ from solaris.models.features import training_features
 from solaris.models.training import predict, vm_spec, warm_start_vm
 from solaris.models.vm import VerticalModel
 from solaris.provenance import events_digest
+from tests.tolerance import assert_far_apart
 
 T0 = datetime(2026, 1, 3, 12, tzinfo=timezone.utc)
 HOUR = 3600
@@ -646,3 +647,52 @@ def test_a_comparison_that_prints_as_zero_is_not_called_better_or_worse():
     assert line(-3e-4, -1e-4).endswith("is better (lower NE).")
     assert line(1e-4, 3e-4).endswith("is worse (higher NE).")
     assert "includes 0" in line(-1e-5, 1e-5)
+
+
+@pytest.mark.parametrize("design", ["concat", "channel"])
+def test_the_fine_tune_and_the_scoring_feed_each_design_what_it_reads(design):
+    """Steps 4-5 on small arrays: every variant scored, and the channel design's models read the
+    served values' ages and the serving FM's head (a VM+SOLARIS scored without its ages would differ)."""
+    from solaris.models.fm import FoundationModel
+    from solaris.models.training import EventArrays, fm_spec
+
+    config = load_config(overrides=["model.embedding_dim=8", "model.fm.d_model=8", "model.history_length=4",
+                                    "model.vm.id_buckets=1024", "model.training.max_epochs=1",
+                                    f"model.adapter.design={design}"])
+    window = evaluation.EvaluationWindow(T0, tail_hours=2, eval_hours=2)
+    rng = np.random.default_rng(21)
+    n = 1500
+    ts = np.sort(rng.integers(int(T0.timestamp()) - 10 * HOUR, int(window.end.timestamp()), n)).astype(np.int64)
+    events = EventArrays(rng.integers(0, 40, n), rng.integers(0, 30, n), ts, (rng.random(n) < 0.5).astype(np.float32))
+    rows = evaluate_job.WindowRows.of(events, window)
+    data = evaluate_job.EvaluationData.of(events, config.model.history_length)
+    torch.manual_seed(0)
+    fm = FoundationModel(fm_spec(config))
+    base = VerticalModel(vm_spec(config))
+    models = evaluate_job.TrainedModels(fm, base, base, base, {}, (), 0.0)
+    m = rows.tail.size + rows.scored.size
+    tiers = rng.choice([0, 1, 3, 5], size=m)
+    served = evaluate_job.ServedFeatures(np.where(tiers[:, None] > 0, rng.normal(size=(m, 8)), 0.0).astype(np.float32),
+                                         tiers, int(rows.tail.size), (), 0.0,
+                                         np.where(tiers > 0, rng.uniform(1, HOUR, m), np.nan))
+    inputs = evaluate_job.fed_inputs(served, rng.normal(size=(m, 8)).astype(np.float32), seed=1,
+                                     oracle_ages=evaluate_job.oracle_ages(rows, events))
+    tuned = evaluate_job.fine_tune(config, rows, data, seed=1, models=models, inputs=inputs)
+    for model in (tuned.solaris, tuned.solaris_distilled, tuned.control, tuned.placebo, tuned.oracle):
+        assert isinstance(model, VerticalModel) and model.spec.channel == (design == "channel")
+    predictions = evaluate_job.predict_scored(config, rows, data, models=models, tuned=tuned, inputs=inputs)
+    assert set(predictions.by_variant) == set(evaluation.VARIANTS)
+    assert all(np.isfinite(p).all() and p.shape == (rows.scored.size,) for p in predictions.by_variant.values())
+    if design == "channel":
+        assert tuned.oracle.score_path is not None  # type: ignore[union-attr]
+        # bit-exact: the head copied from the serving FM, no arithmetic
+        assert torch.equal(tuned.oracle.score_path.head_weight, fm.head.weight.reshape(-1))  # type: ignore[union-attr]
+        with torch.no_grad():  # a channel whose path has moved reads the age: another age, another output
+            tuned.solaris.score_path.age_gain.fill_(0.5)  # type: ignore[union-attr]
+        vectors, served_tiers, ages = inputs.scored[evaluation.SOLARIS_ALL]
+        features = data.features.take(rows.scored)
+        as_served = predict(tuned.solaris, features, {"fm_embedding": vectors, "fm_tier": served_tiers,
+                                                       "fm_age": ages.astype(np.float32)})
+        older = predict(tuned.solaris, features, {"fm_embedding": vectors, "fm_tier": served_tiers,
+                                                  "fm_age": (ages * 10).astype(np.float32)})
+        assert_far_apart(older[served_tiers > 0], as_served[served_tiers > 0])
