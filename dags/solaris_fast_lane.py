@@ -3,7 +3,8 @@
 
 Every `fast_lane.interval_minutes` past the hour (:15, :30, :45 by default; the hourly precompute
 owns :00), for `as_of` = the run's logical time (or the `as_of` Param of a manual trigger), one
-task runs `jobs/fast_lane.py`:
+task runs `jobs/fast_lane.py` (after `events_arrived`, which skips the tick when the warehouse's newest
+event is older than the interval):
 
 1. picks the users with an event in `(as_of - lookback_minutes, as_of]` and none in the
    `absence_hours` before (new users, or back after a long absence), at most `max_users`;

@@ -3,6 +3,8 @@
 
 Every hour, for `as_of` = the run's logical time (or the `as_of` Param of a manual trigger):
 
+0. **events_arrived**: skip the run when the warehouse's newest event is older than the hour (a
+   warehouse of past events, a stopped ingest): nothing is written, serving keeps its snapshot;
 1. **candidates**: speculate the (user, item) pairs of the next `horizon` (`sql/candidates.sql`);
 2. **score**: the verifier rule (default `request`: the speculator's P(requested within the TTL),
    before the FM), FM pair embeddings in a Spark `mapInArrow` UDF for the kept pairs, MERGE them
