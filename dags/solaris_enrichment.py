@@ -24,7 +24,7 @@ from datetime import datetime
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param
 
-from solaris.orchestration import AS_OF_PATTERN, ASSET_AS_OF_TEMPLATE, HOURLY_DEFAULT_ARGS, stage_operators
+from solaris.orchestration import ASSET_AS_OF_TEMPLATE, HOURLY_DEFAULT_ARGS, TIME_SCHEMA, stage_operators
 from solaris.pipeline import ENRICHMENT
 
 PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")
@@ -36,11 +36,12 @@ with DAG(
     schedule=[PAIR_EMBEDDINGS],
     start_date=datetime(2026, 1, 1),
     catchup=False,
+    is_paused_upon_creation=False,
     max_active_runs=1,
     tags=["solaris", "enrichment"],
     default_args=HOURLY_DEFAULT_ARGS,
     params={
-        "as_of": Param(None, type=["null", "string"], pattern=AS_OF_PATTERN,
+        "as_of": Param(None, type=["null", "string"], **TIME_SCHEMA,
                        description="logical time (UTC); empty = the as-of of the triggering precompute run"),
     },
 ) as dag:

@@ -3,7 +3,8 @@
 
 Every `fast_lane.interval_minutes` past the hour (:15, :30, :45 by default; the hourly precompute
 owns :00), for `as_of` = the run's logical time (or the `as_of` Param of a manual trigger), one
-task runs `jobs/fast_lane.py`:
+task runs `jobs/fast_lane.py` (after `events_arrived`, which skips the tick when the warehouse's newest
+event is older than the interval):
 
 1. picks the users with an event in `(as_of - lookback_minutes, as_of]` and none in the
    `absence_hours` before (new users, or back after a long absence), at most `max_users`;
@@ -23,14 +24,16 @@ from __future__ import annotations
 from datetime import datetime
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, task
 
 from solaris.orchestration import (
-    AS_OF_PATTERN,
     AS_OF_TEMPLATE,
     FAST_LANE_DEFAULT_ARGS,
+    TIME_SCHEMA,
     ConfigParams,
+    events_arrived,
     fast_lane_schedule,
+    fast_lane_window_minutes,
     spark_submit_kwargs,
 )
 
@@ -47,7 +50,7 @@ with DAG(
     tags=["solaris", "fast-lane"],
     default_args=FAST_LANE_DEFAULT_ARGS,
     params={
-        "as_of": Param(None, type=["null", "string"], pattern=AS_OF_PATTERN,
+        "as_of": Param(None, type=["null", "string"], **TIME_SCHEMA,
                        description="logical time (UTC, ISO-8601); empty = the run's logical date"),
         "max_users": CONFIG.param(Param, "max_users", "fast-lane users per run", type="integer", minimum=1),
         "lookback_minutes": CONFIG.param(Param, "lookback_minutes", "window of a new session's first events",
@@ -56,5 +59,9 @@ with DAG(
                                       type="number", exclusiveMinimum=0),
     },
 ) as dag:
-    SparkSubmitOperator(task_id="fast_lane", doc_md="Pick the fast-lane users, then candidates -> score -> publish.",
-                        **spark_submit_kwargs("fast_lane", CONFIG.args("--as-of", AS_OF_TEMPLATE), one_stage=True))
+    fast_lane = SparkSubmitOperator(
+        task_id="fast_lane", doc_md="Pick the fast-lane users, then candidates -> score -> publish.",
+        **spark_submit_kwargs("fast_lane", CONFIG.args("--as-of", AS_OF_TEMPLATE), one_stage=True))
+    arrived = task.short_circuit(task_id="events_arrived", doc_md="Skip the tick when no event reaches it.")(
+        events_arrived)(AS_OF_TEMPLATE, window_minutes=fast_lane_window_minutes())
+    arrived >> fast_lane

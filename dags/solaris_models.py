@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param
 
-from solaris.orchestration import AS_OF_PATTERN, AS_OF_TEMPLATE, ConfigParams, spark_submit_kwargs
+from solaris.orchestration import AS_OF_TEMPLATE, TIME_SCHEMA, ConfigParams, spark_submit_kwargs
 
 CONFIG = ConfigParams(max_epochs="model.training.max_epochs")
 
@@ -33,7 +33,7 @@ with DAG(
     tags=["solaris", "models"],
     default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
     params={
-        "as_of": Param(None, type=["null", "string"], pattern=AS_OF_PATTERN,
+        "as_of": Param(None, type=["null", "string"], **TIME_SCHEMA,
                        description="train on events up to this UTC time; empty = the run's logical date"),
         "max_epochs": CONFIG.param(Param, "max_epochs", "upper bound (early stopping)", type="integer", minimum=1,
                                    maximum=50),

@@ -3,6 +3,8 @@
 
 Every hour, for `as_of` = the run's logical time (or the `as_of` Param of a manual trigger):
 
+0. **events_arrived**: skip the run when the warehouse's newest event is older than the hour (a
+   warehouse of past events, a stopped ingest): nothing is written, serving keeps its snapshot;
 1. **candidates**: speculate the (user, item) pairs of the next `horizon` (`sql/candidates.sql`);
 2. **score**: the verifier rule (default `request`: the speculator's P(requested within the TTL),
    before the FM), FM pair embeddings in a Spark `mapInArrow` UDF for the kept pairs, MERGE them
@@ -28,7 +30,14 @@ from datetime import datetime
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param, task
 
-from solaris.orchestration import AS_OF_PATTERN, AS_OF_TEMPLATE, HOURLY_DEFAULT_ARGS, ConfigParams, stage_operators
+from solaris.orchestration import (
+    AS_OF_TEMPLATE,
+    HOURLY_DEFAULT_ARGS,
+    TIME_SCHEMA,
+    ConfigParams,
+    events_arrived,
+    stage_operators,
+)
 from solaris.pipeline import PRECOMPUTE
 
 PAIR_EMBEDDINGS = Asset("solaris://pair_embeddings")
@@ -48,7 +57,7 @@ with DAG(
     tags=["solaris", "precompute"],
     default_args=HOURLY_DEFAULT_ARGS,
     params={
-        "as_of": Param(None, type=["null", "string"], pattern=AS_OF_PATTERN,
+        "as_of": Param(None, type=["null", "string"], **TIME_SCHEMA,
                        description="logical time (UTC, ISO-8601); empty = the run's logical date"),
         "ttl_hours": CONFIG.param(Param, "ttl_hours", "embedding TTL in hours", type="number", exclusiveMinimum=0,
                                   maximum=168),
@@ -71,6 +80,9 @@ with DAG(
     },
 ) as dag:
     tasks = stage_operators(SparkSubmitOperator, PRECOMPUTE, CONFIG.args("--as-of", AS_OF_TEMPLATE))
+    arrived = task.short_circuit(task_id="events_arrived", doc_md="Skip the hour when no event reaches it.")(
+        events_arrived)(AS_OF_TEMPLATE, window_minutes=60)
+    arrived >> [tasks[stage.name] for stage in PRECOMPUTE if not stage.upstream]
 
     @task(outlets=[PAIR_EMBEDDINGS], doc_md="Emit the pair_embeddings Asset with the run's as-of.")
     def announce(as_of: str, *, outlet_events=None) -> str:

@@ -26,7 +26,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import DAG, Param
 
-from solaris.orchestration import AS_OF_PATTERN, ConfigParams, spark_submit_kwargs
+from solaris.orchestration import TIME_SCHEMA, ConfigParams, spark_submit_kwargs
 
 CONFIG = ConfigParams(
     max_epochs="model.training.max_epochs",
@@ -59,8 +59,8 @@ with DAG(
             description="ingest: auto keeps integer ids (rows with another id are quarantined) unless most values "
             "are not integers; int keeps them always; string hashes every id (originals in id_map)",
         ),
-        "start": Param("2000-12-01T00:00:00Z", type="string", pattern=AS_OF_PATTERN, description="first tick (UTC)"),
-        "end": Param("2000-12-01T03:00:00Z", type="string", pattern=AS_OF_PATTERN, description="end (exclusive)"),
+        "start": Param("2000-12-01T00:00:00Z", type="string", **TIME_SCHEMA, description="first tick (UTC)"),
+        "end": Param("2000-12-01T03:00:00Z", type="string", **TIME_SCHEMA, description="end (exclusive)"),
         "max_epochs": CONFIG.param(
             Param, "max_epochs", "FM/VM training epochs (upper bound)", type="integer", minimum=1, maximum=50
         ),

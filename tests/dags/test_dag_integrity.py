@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from solaris.orchestration import AS_OF_TEMPLATE
+
 ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
 
@@ -76,6 +78,40 @@ def test_params_validation_rejects_bad_input(dagbag):
             dag.params.get_param(key).resolve(bad)
 
 
+def test_only_the_asset_driven_dag_is_created_unpaused(dagbag):
+    """A fresh set-up completes an hour from one trigger: the enrichment DAG must run on the first Asset
+    event (a paused DAG ignores it, and does not catch up when unpaused later). The scheduled DAGs stay
+    paused until an operator unpauses them (Airflow's default), so nothing runs at the wall clock's hour
+    before someone asks for it."""
+    for dag_id, dag in dagbag.dags.items():
+        expected = False if dag_id == "solaris_enrichment" else None
+        assert dag.is_paused_upon_creation is expected, dag_id
+
+
+@pytest.mark.parametrize("dag_id, window", [("solaris_precompute", 60), ("solaris_fast_lane", 15)])
+def test_a_scheduled_tick_first_checks_that_the_events_reach_it(dagbag, dag_id, window):
+    dag = dagbag.dags[dag_id]
+    gate = dag.get_task("events_arrived")
+    assert {task.task_id for task in dag.roots} == {"events_arrived"}
+    assert gate.get_flat_relative_ids(upstream=False) == {task.task_id for task in dag.tasks} - {"events_arrived"}
+    assert list(gate.op_args) == [AS_OF_TEMPLATE] and gate.op_kwargs == {"window_minutes": window}
+    assert not dag.catchup  # unpausing starts at the current interval, never a backlog of past ones
+
+
+def test_every_time_param_is_a_date_time_the_form_picks_and_the_api_checks(dagbag):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    times = 0
+    for dag in dagbag.dags.values():
+        for name in ("as_of", "start", "end"):
+            if name in dag.params:
+                param, times = dag.params.get_param(name), times + 1
+                assert param.schema["format"] == "date-time", (dag.dag_id, name)
+                with pytest.raises(ParamValidationError):
+                    param.resolve("not-a-time")
+    assert times == 6  # as_of in four DAGs, the replay's start and end
+
+
 def test_each_dag_file_parses_without_heavy_imports():
     """Parse time is dominated by imports: DAG files must not pull in torch, Spark or FAISS."""
     for path in sorted(DAGS.glob("solaris_*.py")):
@@ -136,7 +172,8 @@ def test_each_hourly_dag_runs_exactly_the_pipeline_definition(dagbag, dag_id, ha
     assert spark_tasks == {stage.name for stage in stages}
     for stage in stages:
         task = dag.get_task(stage.name)
-        assert task.upstream_task_ids == set(stage.upstream), stage.name
+        gate = {"events_arrived"} if "events_arrived" in dag.task_ids and not stage.upstream else set()
+        assert task.upstream_task_ids == set(stage.upstream) | gate, stage.name
         assert Path(task.application).stem == stage.name
     # the definition's order is a valid execution order: every stage after its upstream ones
     seen: set[str] = set()
@@ -156,7 +193,7 @@ def test_fast_lane_runs_between_the_hourly_runs_as_one_spark_task(dagbag):
     assert dag.max_active_runs == 1 and not dag.catchup
     expected = fast_lane_schedule(load_config().fast_lane.interval_minutes)
     assert dag.timetable.expression == expected == "15,30,45 * * * *"
-    (task,) = dag.tasks
+    (task,) = [task for task in dag.tasks if task.task_id != "events_arrived"]
     assert task.task_type == "SparkSubmitOperator" and Path(task.application).stem == "fast_lane"
     assert list(task.application_args)[0] == "--as-of"
     assert {name: key for name, (key, _) in task.application_args.overrides.items()} == {

@@ -1,13 +1,20 @@
 """End to end through Airflow on MovieLens-100K (real data): the replay DAG, then the next hour
-through the two scheduled hourly DAGs.
+from the trigger form of the Airflow UI, in a real browser.
 
 Runs the real DAGs with the real SparkSubmitOperator (spark-submit on local[*], Delta JARs from
 set-up) against one temporary warehouse, then checks the Airflow metadata DB and the tables. One
 warehouse for every DAG: each needs what the ones before it wrote (models, a published snapshot),
 as in a deployment; the ingest task is also the suite's spark-submit run of a job on real data.
 The replay covers one hour (one tick; the hourly DAGs then run the next one), the least that runs
-every task. The fast-lane DAG's one task chains these hourly stages' code: its wiring, schedule and
-Params are checked in tests/dags, its job through its entry point in tests/integration/test_fast_lane.py.
+every task. The next hour is what an operator does on a fresh set-up: sign in to the UI that
+``scripts/airflow-ui.sh`` serves, open ``solaris_precompute``'s trigger form, pick ``as_of``, trigger;
+the precompute run's Asset event then runs ``solaris_enrichment`` (created unpaused) and a snapshot is
+published without another click. The form's defaults are kept ("Unpause on trigger" checked), so the
+hourly schedule also starts at the wall clock's hour: its run is skipped by ``events_arrived`` (the
+warehouse's events end in 1998). Each test gets an Airflow home of its own, set up as ``make setup``
+does. ``$SOLARIS_SCREENSHOTS`` keeps the screenshots (docs/img/ holds the ones docs/operations.md shows).
+The fast-lane DAG's one task chains these hourly stages' code: its wiring, schedule and Params are
+checked in tests/dags, its job through its entry point in tests/integration/test_fast_lane.py.
 
 The deployment's config is the packaged default plus a YAML that only sizes the run for a test
 (selected with ``$SOLARIS_CONFIG`` as a deployment would; ``$SOLARIS_HOME`` anchors its relative
@@ -30,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.airflow_ui import AirflowUI, logged_in_page
 from tests.world import TEST_SESSION_JAVA_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,12 +56,17 @@ spark: {{shuffle_partitions: 2, session_java_options: "{TEST_SESSION_JAVA_OPTION
 
 
 def _deployment_env(tmp_path: Path, warehouse: Path) -> dict[str, str]:
-    """The environment of every DAG run of the test: its warehouse and the deployment YAML, written once."""
+    """The environment of every DAG run of the test: its warehouse, the deployment YAML (written once) and
+    an Airflow home of its own, set up as `make setup` sets up the checkout's."""
     deployment = tmp_path / "conf" / "solaris.yaml"
     deployment.parent.mkdir()
     deployment.write_text(TEST_DEPLOYMENT)
-    return {**os.environ, "SOLARIS_WAREHOUSE": str(warehouse), "SOLARIS_CONFIG": str(deployment),
-            "SOLARIS_HOME": str(ROOT)}
+    env = {**os.environ, "SOLARIS_WAREHOUSE": str(warehouse), "SOLARIS_CONFIG": str(deployment),
+           "SOLARIS_HOME": str(ROOT), "SOLARIS_AIRFLOW_HOME": str(tmp_path / "airflow_home")}
+    done = subprocess.run(["bash", "scripts/airflow-setup.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return env
 
 
 def _dags_test(dag_id: str, conf: dict, env: dict[str, str]) -> dict[str, str]:
@@ -61,7 +74,7 @@ def _dags_test(dag_id: str, conf: dict, env: dict[str, str]) -> dict[str, str]:
     command = f"source scripts/airflow-env.sh && airflow dags test {dag_id} -c '{json.dumps(conf)}'"
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    db = sqlite3.connect(ROOT / "airflow_home" / "airflow.db")
+    db = sqlite3.connect(Path(env["SOLARIS_AIRFLOW_HOME"]) / "airflow.db")
     run_id, state = db.execute(
         "SELECT run_id, state FROM dag_run WHERE dag_id=? ORDER BY id DESC LIMIT 1", (dag_id,)).fetchone()
     assert state == "success"
@@ -69,7 +82,7 @@ def _dags_test(dag_id: str, conf: dict, env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_replay_then_hourly_dags_run_every_task_to_success(tmp_path):
+def test_replay_dag_then_the_next_hour_from_the_trigger_form_in_a_browser(tmp_path):
     warehouse = tmp_path / "warehouse"
     conf = {"dataset": "ml-100k", "start": "1998-03-01T01:00:00Z", "end": "1998-03-01T02:00:00Z", "max_epochs": 1}
     env = _deployment_env(tmp_path, warehouse)
@@ -88,26 +101,61 @@ def test_replay_then_hourly_dags_run_every_task_to_success(tmp_path):
     assert [json.loads(details)["rule"] for details in scores.details] == ["request"]
     assert (runs.job == "train_speculator").sum() == 1
     assert len(json.loads(runs[runs.job == "train_speculator"].details.iloc[0])["ticks"]) == 1  # the deployment YAML
-    pairs = DeltaTable(str(warehouse / "pair_embeddings")).to_pandas()
-    assert len(pairs) > 0 and pairs["run_id"].str.startswith("precompute-19980301T01").all()
 
-    # the next hour through the two scheduled DAGs (as a manual trigger with the as_of Param)
-    as_of = {"as_of": "1998-03-01T02:00:00Z"}
-    assert set(_dags_test("solaris_precompute", as_of, env).values()) == {"success"}
-    states = _dags_test("solaris_enrichment", as_of, env)
-    assert states == {"user_aggregates": "success", "knn": "success", "impute": "success", "item_aggregates": "success",
-                      "publish": "success"}
+    shots = Path(os.environ.get("SOLARIS_SCREENSHOTS", tmp_path / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    with AirflowUI.running(env, tmp_path / "airflow_home") as ui:
+        # the REST API (as `airflow dags trigger`) refuses a bad time, or any bad Param, before a run exists
+        for bad in ({"as_of": "not-a-time"}, {"ttl_hours": -1}):
+            status, body = ui.request("POST", "/api/v2/dags/solaris_precompute/dagRuns",
+                                      {"logical_date": None, "conf": bad})
+            assert status == 400 and f"Invalid input for param {next(iter(bad))}" in body["detail"], (status, body)
+        assert ui.runs("solaris_precompute") == []
+
+        with logged_in_page(ui) as page:
+            page.goto(f"{ui.url}/dags/solaris_precompute")
+            page.get_by_role("button", name="Trigger").first.click()
+            as_of = page.locator("label", has_text="as_of").locator("xpath=../..").get_by_test_id("datetime-input")
+            as_of.click()
+            picker = page.locator('[data-scope="popover"][data-part="content"][data-state="open"]')
+            picker.get_by_placeholder("YYYY/MM/DD").fill("not-a-time")  # the form refuses it: no value is set
+            refusal = picker.get_by_text("Invalid date format.")
+            refusal.wait_for()
+            assert as_of.inner_text().strip() == "Select date and time"  # the Param got no value
+            page.screenshot(path=shots / "trigger-form-refuses-a-bad-time.png")
+            picker.get_by_placeholder("YYYY/MM/DD").fill("1998/03/01")
+            picker.get_by_placeholder("HH:mm").fill("02:00")
+            assert refusal.count() == 0
+            page.keyboard.press("Escape")
+            picker.wait_for(state="detached")
+            assert as_of.inner_text().strip() == "Mar 01, 1998 02:00"
+            page.get_by_text("Unpause solaris_precompute on trigger").wait_for()  # left checked, as it comes
+            page.screenshot(path=shots / "trigger-form.png")
+            page.get_by_role("button", name="Trigger").last.click()
+            page.wait_for_url("**/dags/solaris_precompute/runs/manual__*")
+
+            precompute = ui.wait_for_run("solaris_precompute", "manual", timeout_s=900)
+            assert precompute["conf"]["as_of"] == "1998-03-01T02:00:00.000Z"
+            assert precompute["state"] == "success", ui.task_states("solaris_precompute", precompute["dag_run_id"])
+            enrichment = ui.wait_for_run("solaris_enrichment", "asset_triggered", timeout_s=900)
+            assert set(ui.task_states("solaris_enrichment", enrichment["dag_run_id"]).values()) == {"success"}
+            assert enrichment["state"] == "success"
+            page.goto(f"{ui.url}/dags/solaris_enrichment/runs/{enrichment['dag_run_id']}")
+            page.get_by_text("5 Task Instances").wait_for()
+            page.screenshot(path=shots / "enrichment-run.png")
+
+        # "Unpause on trigger" started the hourly schedule at the wall clock's hour: skipped, nothing written
+        scheduled = [run for run in ui.runs("solaris_precompute") if run["run_type"] == "scheduled"]
+        assert scheduled, "unpausing on trigger should have started the hourly schedule"
+        for run in scheduled:
+            states = ui.task_states("solaris_precompute", run["dag_run_id"])
+            assert states == {"events_arrived": "success", "candidates": "skipped", "score": "skipped",
+                              "expire": "skipped", "announce": "skipped"}, states
+        assert {run["run_type"] for run in ui.runs("solaris_enrichment")} == {"asset_triggered"}
+
+    pairs = DeltaTable(str(warehouse / "pair_embeddings")).to_pandas()
+    assert len(pairs) > 0 and pairs["run_id"].str.startswith("precompute-19980301T0").all()
     latest = (warehouse / "snapshots" / "LATEST").read_text().strip()
     assert latest == "snapshot-19980301T020000Z.json"
     coverage = DeltaTable(str(warehouse / "runs")).to_pandas().query("job == 'coverage'")
     assert len(coverage) == 1  # one per replayed tick
-
-
-def test_invalid_param_is_refused_before_any_spark_job(tmp_path):
-    warehouse = tmp_path / "warehouse"
-    command = "source scripts/airflow-env.sh && airflow dags test solaris_precompute -c '{\"ttl_hours\": -1}'"
-    done = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "SOLARIS_WAREHOUSE": str(warehouse)})
-    assert done.returncode != 0
-    assert "Invalid input for param ttl_hours" in done.stdout + done.stderr
-    assert "spark-submit" not in done.stdout + done.stderr and not warehouse.exists()

@@ -1,12 +1,19 @@
 """The Jinja templates the DAGs use for as-of, rendered with the context shapes Airflow 3 passes."""
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import jinja2
 import pytest
 
-from solaris.orchestration import AS_OF_PATTERN, AS_OF_TEMPLATE, ASSET_AS_OF_TEMPLATE, spark_submit_kwargs
+from solaris.orchestration import (
+    AS_OF_PATTERN,
+    AS_OF_TEMPLATE,
+    ASSET_AS_OF_TEMPLATE,
+    events_arrived,
+    spark_submit_kwargs,
+    tick_has_events,
+)
 
 
 def _render(template, **context):
@@ -35,6 +42,7 @@ def test_asset_triggered_runs_take_the_as_of_from_the_latest_event_extra():
         ("2000-12-01T00:00:00Z", True),
         ("2000-12-01 00:00", True),
         ("2000-12-01T00:00:00+02:00", True),
+        ("2000-12-01T00:00:00.000Z", True),  # what the trigger form's date-time picker sends
         ("yesterday", False),
         ("2000-12-01", False),
     ],
@@ -92,3 +100,27 @@ def test_spark_args_render_their_templates_then_append_the_changed_overrides():
     context["params"]["ttl_hours"] = 2.5
     assert args.resolve(context) == ["--as-of", "2000-12-01T00:00:00Z", "--set", "precompute.ttl_hours=2.5"]
     assert list(args) == ["--as-of", AS_OF_TEMPLATE]  # the unrendered value is unchanged
+
+
+def test_a_tick_runs_when_the_events_reach_its_window_and_is_skipped_when_they_end_before_it():
+    as_of, hour = datetime(2026, 3, 1, 7, tzinfo=timezone.utc), timedelta(hours=1)
+    assert tick_has_events(as_of - timedelta(minutes=1), as_of, hour)
+    assert tick_has_events(as_of - hour, as_of, hour)  # an event at the window's start counts
+    assert tick_has_events(as_of + hour, as_of, hour)  # a replayed past hour: later events exist
+    assert not tick_has_events(as_of - hour - timedelta(seconds=1), as_of, hour)
+    assert tick_has_events(None, as_of, hour)  # unknown: never skipped, the jobs decide
+
+
+def test_events_arrived_reads_the_configured_events_table_log(tmp_path, monkeypatch):
+    """On a real Delta table (written with deltalake: no JVM) in the warehouse the config points at."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    monkeypatch.setenv("SOLARIS_WAREHOUSE", str(tmp_path))
+    assert events_arrived("2026-03-01T07:00:00Z", window_minutes=60)  # no table: left to the jobs
+    times = pa.array([datetime(2026, 3, 1, 5, 30, tzinfo=timezone.utc)], pa.timestamp("us", tz="UTC"))
+    write_deltalake(str(tmp_path / "events"), pa.table({"user_id": [1], "item_id": [2], "ts": times}))
+    assert events_arrived("2026-03-01T06:00:00Z", window_minutes=60)
+    assert events_arrived("1998-03-01T02:00:00.000Z", window_minutes=60)
+    assert not events_arrived("2026-03-01T07:00:00Z", window_minutes=60)
+    assert events_arrived("2026-03-01T07:00:00Z", window_minutes=120)
