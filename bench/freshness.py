@@ -39,6 +39,8 @@ import numpy as np
 
 from solaris.evaluation import bootstrap
 from solaris.evaluation.bootstrap import Interval
+from solaris.evaluation.bootstrap import transfer_ratios as share_kept  # the evaluation's TR rule, per resample
+from solaris.evaluation.freshness import features_at_age, fm_pass, query_times
 
 log = logging.getLogger("bench.freshness")
 
@@ -59,11 +61,6 @@ def parse_ages(text: str) -> tuple[int, ...]:
 
 def fm_variant(age: int | str) -> str:
     return f"fm@{age}"
-
-
-def query_times(ts: np.ndarray, age_minutes: int) -> np.ndarray:
-    """When a value of that age was computed: ``request - age`` (epoch seconds)."""
-    return np.asarray(ts, dtype=np.int64) - 60 * int(age_minutes)
 
 
 def serving_tick_times(ts: np.ndarray, step_seconds: int = 3600) -> np.ndarray:
@@ -125,14 +122,6 @@ class VariantRow:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "age_minutes": self.age_minutes, "ne": self.ne.to_dict(),
                 "gain": self.gain.to_dict(), "kept": self.kept.to_dict()}
-
-
-def share_kept(ne_vm: np.ndarray, ne_fm: np.ndarray, ne_variant: np.ndarray) -> np.ndarray:
-    """``(NE_VM - NE_variant) / (NE_VM - NE_FM)``; NaN where the FM does not beat the VM (no edge to
-    keep), the rule of the evaluation's transfer ratio, so such resamples count as undefined."""
-    gap = np.asarray(ne_vm, dtype=np.float64) - np.asarray(ne_fm, dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(gap > 0, (ne_vm - ne_variant) / np.where(gap > 0, gap, 1.0), np.nan)
 
 
 def variant_rows(users: np.ndarray, labels: np.ndarray, predictions: dict[str, np.ndarray],
@@ -269,11 +258,12 @@ def score(config: Any, models: dict[str, Any], as_of: datetime, hours: float, ag
         predictions[DISTILLED] = predict(models[DISTILLED], realtime)
     variant_ages: dict[str, float | None] = {BASELINE: None, DISTILLED: None}
     ticks = serving_tick_times(ts)
-    moments: dict[str, np.ndarray] = {fm_variant(age): query_times(ts, age) for age in ages}
-    moments[fm_variant(TICK)] = ticks
-    for name, at in moments.items():
-        started = time.monotonic()
-        predictions[name] = predict(fm, index.query(users, items, at, fm_history))
+    for age in (*ages, TICK):  # the features and the FM pass of solaris.evaluation.freshness, as the evaluation's
+        started, name = time.monotonic(), fm_variant(age)
+        at = ticks if age == TICK else query_times(ts, int(age))
+        features = (index.query(users, items, ticks, fm_history) if age == TICK
+                    else features_at_age(index, users, items, ts, int(age), fm_history))
+        predictions[name] = fm_pass(fm, features)[0]
         variant_ages[name] = float(np.median(ts - at) / 60)
         log.info("%s: %d requests scored in %.1f s", name, rows.size, time.monotonic() - started)
     return Scored(users, events.label[rows], predictions, variant_ages,

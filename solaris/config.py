@@ -492,6 +492,34 @@ class RetentionConfig(_Strict):
     runs_hours: float = Field(168, gt=0)
 
 
+class FreshnessConfig(_Strict):
+    """The freshness curve every evaluation report carries (docs/evaluation.md, "The freshness curve").
+
+    Why: a precomputed value is older than its request, and what the FM knew in those last minutes
+    is out of its reach; the curve says how much of the FM's edge survives each age, so a reader
+    knows what a pipeline that delivers values of that age could transfer at best. ``fm_ages_minutes``:
+    the FM fed the history up to request - age (0: the FM at the request, the upper bound, always
+    there); ``oracle_ages_minutes``: the VM+SOLARIS oracle model read the FM's exact pair computed at
+    request - age. Besides these, both are placed at the serving tick (the existing FM at the serving
+    tick and oracle). Each age other than 0 is one more FM pass over a window's scored requests.
+    """
+
+    fm_ages_minutes: tuple[int, ...] = (0, 1, 5, 15, 60)
+    oracle_ages_minutes: tuple[int, ...] = (0, 1, 5)
+
+    @field_validator("fm_ages_minutes", "oracle_ages_minutes")
+    @classmethod
+    def _sorted_minutes(cls, values: tuple[int, ...]) -> tuple[int, ...]:
+        if any(age < 0 for age in values):
+            raise ValueError(f"ages are minutes before the request, >= 0: {list(values)}")
+        return tuple(sorted(set(values)))
+
+    @field_validator("fm_ages_minutes")
+    @classmethod
+    def _with_the_upper_bound(cls, values: tuple[int, ...]) -> tuple[int, ...]:
+        return values if 0 in values else (0, *values)  # the FM at the request: every TR's reference
+
+
 class EvaluationConfig(_Strict):
     """Knowledge-transfer evaluation (``solaris evaluate``): time split, replay window, seeds.
 
@@ -526,6 +554,7 @@ class EvaluationConfig(_Strict):
     min_training_events: int = Field(10_000, ge=1)  # per window: events up to the FM cutoff
     bootstrap_resamples: int = Field(1000, ge=1)  # user-bootstrap resamples for the 95 % intervals
     confidence: float = Field(0.95, gt=0, lt=1)
+    freshness: FreshnessConfig = FreshnessConfig()
 
     @field_validator("t0s")
     @classmethod

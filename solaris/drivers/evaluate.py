@@ -12,6 +12,8 @@ users first). For each window and seed (docs/evaluation.md):
 3. ``serve_requests``: every request of ``(tick, tick + 1h]`` resolved through the snapshot
    published at ``tick`` (only what serving would have held); ``oracle_requests``: the serving FM's
    exact pair embedding for every request, from the history as of its tick (the ceiling's input);
+   ``aged_requests``: the serving FM fed the history up to request - age for the freshness curve's
+   ages (``evaluation.freshness``), one pass per age over the scored requests;
 4. ``fine_tune``: the VM variants fine-tuned on the tail's requests, warm-started from step 1, with
    the same rows, budget and learning rate (``evaluation.finetune_learning_rate``), one thread, the
    warm start kept when no epoch beats it; every VM+SOLARIS model on the input it is scored with:
@@ -19,7 +21,8 @@ users first). For each window and seed (docs/evaluation.md):
    placebo), the exact pair (the oracle);
 5. ``predict_scored``: the requests of ``(T0, T0 + eval]`` scored by the FM (upper bound), the VMs
    of step 1 (not fine-tuned) and every fine-tuned variant, the SOLARIS model fed tier 1 only /
-   tiers 1-2 / ... / every tier;
+   tiers 1-2 / ... / every tier, and the freshness curve (the FM by age, the oracle model fed the
+   FM's pair of each oracle age);
 6. ``score_seed``: metrics, coverage, hit rates and costs (a :class:`SeedResult`).
 
 Then 95 % intervals by bootstrap over users, paired across variants, pooled over seeds and windows
@@ -49,10 +52,10 @@ import numpy as np
 
 from solaris import provenance
 from solaris.drivers import replay
+from solaris.evaluation import freshness
 from solaris.evaluation import protocol as evaluation
 from solaris.evaluation.bootstrap import ScoredRequests, bootstrap_intervals
 from solaris.evaluation.protocol import (
-    VARIANTS,
     VM_THREADS,
     SeedResult,
     cumulative_key,
@@ -99,8 +102,9 @@ def summary_lines(summary: EvaluationSummary) -> list[str]:
     """What ``solaris evaluate`` prints when it is done: pooled NE and AUC per variant, the coverage,
     the verdicts, and where the report is."""
     pooled = summary.intervals.pooled
-    lines = [f"{name:<24} NE {interval_text(cell, 4, signed=False)}  "
-             f"AUC {interval_text(pooled.auc.get(name), 4, signed=False)}" for name, cell in pooled.ne.items()]
+    lines = [f"{name:<24} NE {interval_text(cell, 4, signed=False)}"
+             + (f"  AUC {interval_text(pooled.auc[name], 4, signed=False)}" if name in pooled.auc else "")
+             for name, cell in pooled.ne.items()]  # the freshness curve's variants: NE (and TR in the report)
     lines.append("coverage " + coverage_text({key: summary.coverage[key].mean or 0.0 for key in COVERAGE_KEYS}))
     lines += verdict_lines(summary.intervals)
     lines.append(f"report: {summary.output}/report.md (metrics.json, *.png)")
@@ -185,19 +189,35 @@ class EvaluationData:
     """The events every window reads, their point-in-time features, and the history index behind them.
 
     ``oracle``: the oracle's input per (window T0, serving FM version), computed once and shared by
-    the seeds that share the FM.
+    the seeds that share the FM; ``aged``: the serving FM's passes at the freshness curve's ages over
+    the scored requests (:func:`aged_requests`), keyed and shared the same way.
     """
 
     events: EventArrays
     features: Features  # each event's features at its own time (history strictly before it)
-    index: HistoryIndex  # queries features at other times (the oracle's serving ticks)
+    index: HistoryIndex  # queries features at other times (the oracle's serving ticks, request - age)
     oracle: dict[tuple[str, str], np.ndarray]
+    aged: dict[tuple[str, str], AgedRequests] = field(default_factory=dict)
 
     @classmethod
     def of(cls, events: EventArrays, history_length: int) -> EvaluationData:
         index = events.index()
         features = index.query(events.user_id, events.item_id, events.ts, history_length)  # = events.features
         return cls(events, features, index, {})
+
+
+@dataclass(frozen=True)
+class AgedRequests:
+    """The serving FM at request - age over a window's scored requests: the freshness curve's input.
+
+    ``probabilities[age]``: the FM's head on the pair vector it computed then (age 0: the FM at the
+    request, the upper bound); ``vectors[age]``: that pair vector, for the ages the oracle model reads.
+    """
+
+    probabilities: Mapping[int, np.ndarray]
+    vectors: Mapping[int, np.ndarray]
+    rows: int  # scored requests per pass
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -607,6 +627,32 @@ def oracle_ages(rows: WindowRows, events: EventArrays) -> np.ndarray:
     return (ts - rows.window.serving_tick_times(ts)).astype(np.float64)
 
 
+def aged_requests(config: SolarisConfig, rows: WindowRows, data: EvaluationData, fm: nn.Module) -> AgedRequests:
+    """The serving FM fed the history up to request - age, for every scored request and curve age.
+
+    One pass per age of :func:`solaris.evaluation.freshness.pass_ages` over the scored requests (age 0
+    reads the evaluation's own point-in-time features, the others query the history index at
+    request - age), each batched by :func:`~solaris.models.training.predict`. Computed once per window
+    and serving FM, shared by its seeds, like the oracle's input.
+    """
+    started = time.monotonic()
+    ages = config.evaluation.freshness
+    events, scored = data.events, rows.scored
+    _fm_threads(config)
+    probabilities, vectors = {}, {}
+    for age in freshness.pass_ages(ages.fm_ages_minutes, ages.oracle_ages_minutes):
+        features = data.features.take(scored) if age == 0 else freshness.features_at_age(
+            data.index, events.user_id[scored], events.item_id[scored], events.ts[scored], age,
+            config.model.history_length)
+        probabilities[age], vector = freshness.fm_pass(fm, features)
+        if age in ages.oracle_ages_minutes:
+            vectors[age] = vector
+    seconds = time.monotonic() - started
+    log.info("freshness curve: %d FM passes over %d scored requests (ages %s min) in %.1f s", len(probabilities),
+             scored.size, ", ".join(map(str, probabilities)), seconds)
+    return AgedRequests(probabilities, vectors, int(scored.size), seconds)
+
+
 def _fm_threads(config: SolarisConfig) -> None:
     """The FM predicts on ``model.training.threads`` (the VMs' fits leave torch on one thread)."""
     import torch
@@ -698,9 +744,13 @@ def fm_head_probabilities(fm: nn.Module, embeddings: np.ndarray) -> np.ndarray:
 
 def predict_scored(
     config: SolarisConfig, rows: WindowRows, data: EvaluationData, *, models: TrainedModels, tuned: FineTunedVMs,
-    inputs: FedInputs,
+    inputs: FedInputs, aged: AgedRequests,
 ) -> ScoredPredictions:
-    """Step 5: every variant on the scored requests; the SOLARIS model fed tiers up to 1, 2, ... too."""
+    """Step 5: every variant on the scored requests; the SOLARIS model fed tiers up to 1, 2, ... too.
+
+    The freshness curve's variants too (:mod:`solaris.evaluation.freshness`): the FM at each age from
+    ``aged``, and the oracle model fed the FM's exact pair at each of its ages (tier 1, that age).
+    """
     from solaris.models.training import predict
 
     started = time.monotonic()
@@ -711,7 +761,7 @@ def predict_scored(
                                                 "fm_age": ages.astype(np.float32)})
 
     _fm_threads(config)
-    by_variant = {"fm": predict(models.fm, features_scored),
+    by_variant = {"fm": aged.probabilities[0],
                   evaluation.FM_AT_TICK: fm_head_probabilities(models.fm, inputs.scored[evaluation.SOLARIS_ORACLE][0])}
     for name, model in ((evaluation.PRETRAINED["vm_baseline"], models.baseline), ("vm_baseline", tuned.baseline),
                         (evaluation.PRETRAINED["vm_distilled"], models.distilled), ("vm_distilled", tuned.distilled)):
@@ -724,6 +774,13 @@ def predict_scored(
     for name, fed_model in ((evaluation.SOLARIS_NONE, tuned.control), (evaluation.SOLARIS_PLACEBO, tuned.placebo),
                             (evaluation.SOLARIS_ORACLE, tuned.oracle)):
         by_variant[name] = fed(fed_model, *inputs.scored[name])
+    curve = config.evaluation.freshness
+    for age in curve.fm_ages_minutes:
+        by_variant[freshness.fm_variant(age)] = aged.probabilities[age]
+    pair = np.full(rows.scored.size, TIER_PAIR, dtype=np.int64)
+    for age in curve.oracle_ages_minutes:
+        by_variant[freshness.oracle_variant(age)] = fed(tuned.oracle, aged.vectors[age], pair,
+                                                        np.full(rows.scored.size, 60.0 * age))
     return ScoredPredictions(by_variant, served_tiers, time.monotonic() - started)
 
 
@@ -802,9 +859,11 @@ def evaluate_seed(
     key = (window.t0.isoformat(), models.versions["fm"])
     if key not in data.oracle:  # one serving FM per window: every seed sharing it reuses its oracle input
         data.oracle[key] = oracle_requests(config, rows, data, models.fm)
+    if key not in data.aged:  # likewise the FM's passes at the freshness curve's ages
+        data.aged[key] = aged_requests(config, rows, data, models.fm)
     inputs = fed_inputs(served, data.oracle[key], seed, oracle_ages=oracle_ages(rows, data.events))
     tuned = fine_tune(seed_config, rows, data, seed=seed, models=models, inputs=inputs)
-    predictions = predict_scored(config, rows, data, models=models, tuned=tuned, inputs=inputs)
+    predictions = predict_scored(config, rows, data, models=models, tuned=tuned, inputs=inputs, aged=data.aged[key])
     result = score_seed(spark, replay_config, rows, data.events, seed=seed, models=models, replayed=replayed,
                         served=served, tuned=tuned, predictions=predictions)
     return result, predictions
@@ -888,8 +947,7 @@ def _saved_seed(seed_dir: Path, fingerprint: str) -> tuple[SeedResult, dict[str,
                  seed_dir, saved.get("fingerprint"), fingerprint)
         return None
     with np.load(scored_path) as scored:
-        return SeedResult.from_dict(saved["result"]), {name: scored[name] for name in scored.files
-                                                       if name in VARIANTS or name == SERVED_TIER}
+        return SeedResult.from_dict(saved["result"]), {name: scored[name] for name in scored.files}
 
 
 def _save_seed(seed_dir: Path, fingerprint: str, result: SeedResult, predictions: ScoredPredictions) -> None:
@@ -955,6 +1013,7 @@ class WindowOutcome:
     window: EvaluationWindow
     results: tuple[SeedResult, ...]
     scored: ScoredRequests
+    tick_ages: np.ndarray  # seconds from the serving tick to each scored request: where the tick sits on the curve
 
 
 def _evaluate_window(
@@ -982,7 +1041,7 @@ def _evaluate_window(
     same_tiers = first is not None and all(t is not None and np.array_equal(t, first) for t in tiers)
     scored = ScoredRequests(events.user_id[rows.scored], events.label[rows.scored], tuple(per_seed_predictions),
                             first if same_tiers else None)
-    return WindowOutcome(window, tuple(results), scored)
+    return WindowOutcome(window, tuple(results), scored, oracle_ages(rows, events)[rows.tail.size:])
 
 
 def _intervals(config: SolarisConfig, outcomes: list[WindowOutcome]) -> BootstrapIntervals:
@@ -1031,6 +1090,10 @@ def run(
                                      force_cleared=cleared, report=report) for window in windows]
     intervals = _intervals(config, outcomes)
     per_seed = tuple(result for o in outcomes for result in o.results)
+    curve = settings.freshness
+    freshness_report = freshness.FreshnessReport.of(
+        curve.fm_ages_minutes, curve.oracle_ages_minutes, intervals,
+        {o.window.t0.isoformat(): o.tick_ages for o in outcomes})
     summary = EvaluationSummary.of(
         evaluation.aggregate_seeds(list(per_seed)),
         output=str(out_dir),
@@ -1049,6 +1112,7 @@ def run(
         per_seed=per_seed,
         wall_s=time.monotonic() - wall,
         adapter=config.model.adapter,
+        freshness=freshness_report,
         provenance=provenance.collect(config, data.events.digest(), {
             f"{result.t0} seed {result.seed} {role}": str(version)
             for result in per_seed for role, version in dict(result.models.get("versions", {})).items()

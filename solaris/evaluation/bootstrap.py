@@ -33,6 +33,7 @@ from solaris.evaluation.protocol import (
     SOLARIS_PLACEBO,
     TRANSFER_VARIANTS,
     VARIANTS,
+    scored_variants,
 )
 from solaris.progress import progress
 from solaris.tiers import SERVING_ORDER
@@ -125,8 +126,9 @@ def _intervals(data: Mapping[str, Any]) -> dict[str, Interval]:
 class IntervalSummary:
     """Every interval the report states, for one set of predictions (pooled, one seed or one window).
 
-    ``ne`` / ``auc`` per variant; ``fm_vm_gap`` = NE_VM - NE_FM; ``ne_vs_baseline`` = NE_variant -
-    NE_VM; ``transfer_ratio`` per variant of :data:`TRANSFER_VARIANTS`; ``comparisons`` by
+    ``ne`` per variant, ``auc`` per variant of :data:`VARIANTS`; ``fm_vm_gap`` = NE_VM - NE_FM;
+    ``ne_vs_baseline`` = NE_variant - NE_VM; ``transfer_ratio`` per variant of :data:`TRANSFER_VARIANTS`
+    and of the freshness curve (:mod:`solaris.evaluation.freshness`); ``comparisons`` by
     ``<variant>-vs-<reference>`` (:data:`COMPARISONS`).
     """
 
@@ -420,10 +422,18 @@ class ScoredRequests:
         )
 
 
-def _transfer(ne: dict[str, np.ndarray], variant: str) -> np.ndarray:
-    gap = ne[BASELINE] - ne[UPPER_BOUND]
+def transfer_ratios(ne_vm: np.ndarray, ne_fm: np.ndarray, ne_variant: np.ndarray) -> np.ndarray:
+    """``(NE_VM - NE_variant) / (NE_VM - NE_FM)`` per resample; NaN where the FM does not beat the VM (no
+    edge to transfer), so such resamples count as undefined (:func:`percentile_interval`)."""
+    ne_vm, ne_fm = np.asarray(ne_vm, dtype=np.float64), np.asarray(ne_fm, dtype=np.float64)
+    gap = ne_vm - ne_fm
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(gap > 0, (ne[BASELINE] - ne[variant]) / np.where(gap > 0, gap, 1.0), np.nan)
+        return np.where(gap > 0, (ne_vm - np.asarray(ne_variant, dtype=np.float64)) / np.where(gap > 0, gap, 1.0),
+                        np.nan)
+
+
+def _transfer(ne: dict[str, np.ndarray], variant: str) -> np.ndarray:
+    return transfer_ratios(ne[BASELINE], ne[UPPER_BOUND], ne[variant])
 
 
 def _summarise(
@@ -448,12 +458,12 @@ def _summarise(
     ]
     return IntervalSummary(
         ne={v: interval(lambda m, v: m["ne"][v], v) for v in variants},
-        auc={v: interval(lambda m, v: m["auc"][v], v) for v in variants},
+        auc={v: interval(lambda m, v: m["auc"][v], v) for v in estimate["auc"]},
         fm_vm_gap=interval(lambda m: m["ne"][BASELINE] - m["ne"][UPPER_BOUND]),
         ne_vs_baseline={v: interval(lambda m, v: m["ne"][v] - m["ne"][BASELINE], v) for v in variants
                         if v != BASELINE},
-        transfer_ratio={v: interval(lambda m, v: _transfer(m["ne"], v), v) for v in TRANSFER_VARIANTS
-                        if v in variants},
+        transfer_ratio={v: interval(lambda m, v: _transfer(m["ne"], v), v) for v in variants
+                        if v in TRANSFER_VARIANTS or v not in VARIANTS},
         comparisons={comparison.key: comparison for comparison in comparisons},
     )
 
@@ -507,7 +517,7 @@ def bootstrap_intervals(
     # row 0: the data as observed (every user once), then the resamples: one pass gives both
     counts = np.vstack([np.ones((1, n_users), dtype=np.int64),
                         resample_counts(n_users, resamples, np.random.default_rng(seed))])
-    variants = [v for v in VARIANTS if all(v in p for p in requests.predictions)]
+    variants = [v for v in scored_variants(requests.predictions[0]) if all(v in p for p in requests.predictions)]
     per_seed_estimate, per_seed_replicates = [], []
     report = progress(f"user bootstrap ({resamples} resamples)", total=len(requests.predictions) * len(variants),
                       unit="seed x variant", log=log)
@@ -515,7 +525,8 @@ def bootstrap_intervals(
         estimate: dict[str, dict[str, np.ndarray]] = {"ne": {}, "auc": {}}
         replicates: dict[str, dict[str, np.ndarray]] = {"ne": {}, "auc": {}}
         for v in variants:
-            for metric, fn in (("ne", weighted_ne), ("auc", weighted_auc)):
+            # AUC (the costly statistic) for the evaluation's own variants; the freshness curve reads NE and TR
+            for metric, fn in (("ne", weighted_ne), ("auc", weighted_auc))[: 2 if v in VARIANTS else 1]:
                 values = fn(requests.labels, predictions[v], codes, counts)
                 estimate[metric][v], replicates[metric][v] = values[0], values[1:]
             report.advance()
@@ -523,7 +534,7 @@ def bootstrap_intervals(
         per_seed_replicates.append(replicates)
 
     def mean_over_seeds(per_seed: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
-        return {m: {v: np.mean([s[m][v] for s in per_seed], axis=0) for v in variants} for m in ("ne", "auc")}
+        return {m: {v: np.mean([s[m][v] for s in per_seed], axis=0) for v in per_seed[0][m]} for m in ("ne", "auc")}
 
     return BootstrapIntervals(
         resamples=resamples,

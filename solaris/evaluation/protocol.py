@@ -26,7 +26,9 @@ row), ``solaris_placebo`` (served vectors permuted within each tier), ``solaris_
 serving FM's exact pair embedding for every request, at its serving tick: the ceiling); and the
 model fine-tuned on what serving returned, scored fed tiers up to k of :mod:`solaris.tiers`
 (``solaris_tier1``, ``solaris_tiers1-2`` ... ``solaris_tiers1-6``, the last one "all tiers",
-:data:`SOLARIS_ALL`); ``solaris_distilled`` (all tiers, soft labels).
+:data:`SOLARIS_ALL`); ``solaris_distilled`` (all tiers, soft labels). Beside :data:`VARIANTS`, the
+freshness curve's aged variants, named by :mod:`solaris.evaluation.freshness` from the configured ages
+(:func:`scored_variants`).
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ SOLARIS_MAX_TIER = {
 TRANSFER_VARIANTS = tuple(v for v in VARIANTS if v not in ("fm", "vm_baseline"))
 METRIC_KEYS = ("log_loss", "ne", "auc", "calibration", "transfer_ratio")
 # Part of every seed result's fingerprint: a result.json of an older protocol or format is recomputed
-SEED_RESULT_VERSION = 4
+SEED_RESULT_VERSION = 5
 # The evaluation trains and fine-tunes its VMs on one thread: the same seed gives bit-identical VMs
 VM_THREADS = 1
 
@@ -358,12 +360,21 @@ def _float(value: Any) -> float:
     return float("nan") if value is None else float(value)
 
 
+def scored_variants(names: Iterable[str]) -> tuple[str, ...]:
+    """:data:`VARIANTS`, then any other variant among ``names`` in their order (the freshness curve's
+    aged variants, :mod:`solaris.evaluation.freshness`, whose ages are settings)."""
+    return (*VARIANTS, *(name for name in names if name not in VARIANTS))
+
+
 def variant_metrics(labels: np.ndarray, predictions: Mapping[str, np.ndarray]) -> dict[str, VariantMetrics]:
-    """Metrics of every variant on the same requests, with its transfer ratio vs VM and FM."""
+    """Metrics of every variant on the same requests, with its transfer ratio vs VM and FM.
+
+    Every one of :data:`VARIANTS` is required; other variants given (the curve's) are scored too.
+    """
     missing = [v for v in VARIANTS if v not in predictions]
     if missing:
         raise ValueError(f"predictions missing for {missing}")
-    summaries = {name: metrics.summary(labels, predictions[name]) for name in VARIANTS}
+    summaries = {name: metrics.summary(labels, predictions[name]) for name in scored_variants(predictions)}
     ne_vm, ne_fm = summaries["vm_baseline"]["ne"], summaries["fm"]["ne"]
     return {
         name: VariantMetrics(log_loss=float(row["log_loss"]), ne=float(row["ne"]), auc=float(row["auc"]),
@@ -506,12 +517,13 @@ def aggregate_seeds(seed_results: list[SeedResult]) -> SeedAggregate:
     """Mean ± std over seeds of every variant metric, coverage share and cost figure."""
     if not seed_results:
         raise ValueError("no seed results to aggregate")
+    names = [name for name in seed_results[0].variants if all(name in r.variants for r in seed_results)]
     spread = {
         name: {key: mean_std([getattr(r.variants[name], key) for r in seed_results]) for key in METRIC_KEYS}
-        for name in VARIANTS
+        for name in names
     }
     variants = {}
-    for name in VARIANTS:  # ratio of the mean NEs: robust when one seed's FM-VM gap is tiny
+    for name in names:  # ratio of the mean NEs: robust when one seed's FM-VM gap is tiny
         vm, mine, fm = (spread[v]["ne"].mean for v in ("vm_baseline", name, "fm"))
         pooled = _ratio(vm, mine, fm) if vm is not None and mine is not None and fm is not None else float("nan")
         variants[name] = VariantSummary(**spread[name], transfer_ratio_pooled=pooled)
@@ -540,7 +552,8 @@ STEP_SETTINGS: dict[str, tuple[str, ...]] = {
                "evaluation.tail_hours", "evaluation.eval_hours", "evaluation.step_hours"),
     # a seed's result: everything above plus how the variants are fine-tuned and scored
     "seed": ("model", "precompute", "enrichment", "tables", "evaluation.tail_hours", "evaluation.eval_hours",
-             "evaluation.step_hours", "evaluation.finetune_batch_size", "evaluation.finetune_learning_rate"),
+             "evaluation.step_hours", "evaluation.finetune_batch_size", "evaluation.finetune_learning_rate",
+             "evaluation.freshness"),
 }
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from solaris.evaluation.bootstrap import TIER_COMPARISONS, BootstrapIntervals, Comparison, Interval
+from solaris.evaluation.freshness import CurvePoint, FreshnessCurve, FreshnessReport, Series
 from solaris.evaluation.protocol import (
     ABLATION,
     FM_AT_TICK,
@@ -106,6 +107,7 @@ class EvaluationSummary:
     wall_s: float
     adapter: AdapterConfig | None = None  # how the VM+SOLARIS variants read the served values
     provenance: Provenance | None = None  # the code, config, events and models behind these figures
+    freshness: FreshnessReport | None = None  # the freshness curve, pooled and per window
 
     @classmethod
     def of(cls, aggregate: SeedAggregate, **parts: Any) -> EvaluationSummary:
@@ -119,6 +121,7 @@ class EvaluationSummary:
             "variants": {name: row.to_dict() for name, row in self.variants.items()},
             "coverage": {key: cell.to_dict() for key, cell in self.coverage.items()},
             "cost": self.cost.to_dict(), "intervals": self.intervals.to_dict(),
+            **({"freshness": self.freshness.to_dict()} if self.freshness is not None else {}),
             "per_seed": [result.to_dict() for result in self.per_seed], "wall_s": self.wall_s,
             **({"adapter": self.adapter.model_dump(mode="json")} if self.adapter is not None else {}),
             **({"provenance": self.provenance.to_dict()} if self.provenance is not None else {}),
@@ -245,6 +248,56 @@ def ceiling_lines(intervals: BootstrapIntervals) -> list[str]:
     return lines
 
 
+def _curve_table(curve: FreshnessCurve) -> list[str]:
+    """One row per age (the tick last): the FM's and the oracle's NE and TR with their intervals."""
+    by_age: dict[tuple[bool, float], dict[str, CurvePoint]] = {}
+    for point in curve.points:
+        by_age.setdefault((point.at_tick, point.age_minutes), {})[point.series] = point
+    lines = ["| value computed at | FM: NE [95 %] | FM: TR [95 %] | oracle: NE [95 %] | oracle: TR [95 %] |",
+             "|---|---|---|---|---|"]
+    for (at_tick, age), cells in sorted(by_age.items()):
+        when = f"the serving tick (median {age:.0f} min)" if at_tick else (
+            "the request" if age == 0 else f"request \u2212 {age:g} min")
+        row = [when]
+        for series in ("fm", "oracle"):
+            cell = cells.get(series)
+            if cell is None:
+                row += ["-", "-"]
+                continue
+            ratio = "1 (the reference)" if cell.variant == "fm" else interval_text(cell.transfer_ratio)
+            row += [interval_text(cell.ne, 4, signed=False), ratio]
+        lines.append("| " + " | ".join(row) + " |")
+    return [*lines, "", f"VM baseline NE {interval_text(curve.vm_baseline, 4, signed=False)}, VM distilled NE "
+            f"{interval_text(curve.vm_distilled, 4, signed=False)}.", ""]
+
+
+def freshness_lines(report: FreshnessReport, windows: tuple[WindowSummary, ...], confidence: float) -> list[str]:
+    """The freshness curve section: pooled, then each window when there are several.
+
+    Why in every report: a precomputed value can only carry what the FM knew when it was computed;
+    the curve says which ages still beat the VM, so the served values' transfer can be read against
+    what their age allows.
+    """
+    lines = [
+        "## The freshness curve: an FM value by its age",
+        "",
+        "The FM fed the history up to request \u2212 age (its head on the pair vector it computed then), and "
+        "the VM+SOLARIS oracle model (fine-tuned on the exact pair at the serving tick) fed the exact pair computed "
+        "at request \u2212 age, tier 1 on every request. Age 0 is the FM at the request (the upper bound); the "
+        "serving tick is what the hourly pipeline computes, placed at the median age of its values. TR = share of "
+        f"the FM's edge over the VM baseline kept; {100 * confidence:g} % intervals, users resampled, paired with "
+        "every other variant. A point whose NE is above the VM baseline's is worth less than the VM's own "
+        "real-time inputs. Pooled over windows and seeds ([freshness.png](freshness.png)):",
+        "",
+        *_curve_table(report.pooled),
+    ]
+    for window in windows:
+        curve = report.per_window.get(window.t0)
+        if curve is not None:
+            lines += [f"Window T0 = {window.t0} (pooled over seeds):", "", *_curve_table(curve)]
+    return lines
+
+
 def _seeding(settings: EvaluationConfig, seeds: tuple[int, ...]) -> str:
     """What a seed varies: with a shared replay only the VMs, otherwise every model and the replay."""
     if settings.share_replay:
@@ -353,7 +406,7 @@ def _comparison_rows(summary: EvaluationSummary) -> list[str]:
         "| comparison | \u0394NE (variant \u2212 reference) [95 %] | \u0394TR [95 %] |",
         "|---|---|---|",
         *(f"| {LABELS[name]} vs VM baseline | {interval_text(cell, 4)} | - |"
-          for name, cell in pooled.ne_vs_baseline.items()),
+          for name, cell in pooled.ne_vs_baseline.items() if name in LABELS),  # the curve's: their own section
         *(f"| {LABELS[c.variant]} vs {LABELS[c.reference]} | {interval_text(c.ne_difference, 4)} | "
           f"{interval_text(c.transfer_ratio_difference)} |" for c in pooled.comparisons.values()),
     ]
@@ -429,6 +482,8 @@ def render_markdown(summary: EvaluationSummary, plots: list[str]) -> str:
         "",
         *ceiling_lines(intervals),
         "",
+        *([] if summary.freshness is None else freshness_lines(summary.freshness, summary.windows,
+                                                               intervals.confidence)),
         "## Set-up",
         "",
         *_setup_lines(summary),
@@ -572,7 +627,41 @@ def write_plots(out_dir: Path, summary: EvaluationSummary) -> list[Path]:
     ax.set_xlabel("coverage of scored requests (%)")
     paths.append(_finish(fig, ax, out_dir / "ne_vs_coverage.png", "NE vs coverage (95 % user-bootstrap intervals)",
                          "NE (lower is better)"))
+    if summary.freshness is not None:
+        paths.append(freshness_plot(out_dir / "freshness.png", summary.freshness,
+                                    f"NE by the FM value's age ({n_seeds} seeds; 95 % user-bootstrap intervals)"))
     return paths
+
+
+def freshness_plot(path: Path, report: FreshnessReport, title: str) -> Path:
+    """NE against the value's age, pooled: the FM and the oracle by age (the tick at its median age, its own
+    marker), the VM baseline and distillation as horizontal lines; bars: the paired user intervals."""
+    import matplotlib.pyplot as plt
+
+    curve = report.pooled
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    drawn: tuple[tuple[Series, bool, str, str], ...] = (
+        ("fm", False, "#4c72b0", "FM fed the history up to request \u2212 age"),
+        ("fm", True, "#4c72b0", "FM at the serving tick (median age)"),
+        ("oracle", False, "#55a868", "VM+SOLARIS oracle fed the FM's pair of that age"),
+        ("oracle", True, "#55a868", "VM+SOLARIS oracle at the serving tick (median age)"),
+    )
+    for series, at_tick, color, label in drawn:
+        chosen = [p for p in curve.series(series) if p.at_tick == at_tick]
+        if chosen:
+            ys, low_err, high_err = _bars([p.ne for p in chosen], 1.0)
+            ax.errorbar([p.age_minutes for p in chosen], ys, yerr=[low_err, high_err], color=color, capsize=3,
+                        marker="s" if at_tick else "o", linestyle="none" if at_tick else "-", label=label)
+    for cell, style, color, label in ((curve.vm_baseline, "--", "#dd8452", "VM baseline"),
+                                      (curve.vm_distilled, ":", "#c44e52", "VM distilled")):
+        if cell.estimate is not None:
+            ax.axhline(cell.estimate, linestyle=style, color=color, label=label)
+    ax.set_xscale("symlog", linthresh=1.0)
+    ages = sorted({point.age_minutes for point in curve.points})
+    ax.set_xticks(ages, [f"{age:.0f}" for age in ages], fontsize=8)
+    ax.set_xlim(left=-0.25, right=1.3 * max(ages + [1.0]))  # room for the points at age 0
+    ax.set_xlabel("age of the FM value (minutes before the request; symlog scale)")
+    return _finish(fig, ax, path, title, "NE (lower is better)")
 
 
 def metrics_json(summary: EvaluationSummary) -> str:

@@ -22,6 +22,7 @@ import pytest
 
 from solaris.drivers.evaluate import QUICK_OVERRIDES
 from solaris.drivers.evaluate import run as evaluate
+from solaris.evaluation.freshness import extra_variants
 from solaris.evaluation.protocol import VARIANTS
 from solaris.ingest.sources import resolve_source
 from solaris.stages.ingest import ingest
@@ -34,6 +35,8 @@ EVALUATE = ["synthetic.n_events=30000", "synthetic.n_users=300", "synthetic.n_it
 T0 = datetime(2026, 1, 3, 12, tzinfo=timezone.utc)
 # On top of the quick preset, in both the CLI run and the in-process one (their checkpoints must match)
 TAIL = "evaluation.tail_hours=1"
+# the freshness curve's variants at the default ages (FM at 1, 5, 15, 60 min; the oracle at 0, 1, 5 min)
+CURVE = set(extra_variants((0, 1, 5, 15, 60), (0, 1, 5)))
 
 
 def _config(warehouse: Path, *extra: str):
@@ -76,14 +79,28 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(first_run,
     command = _cli(warehouse)
     out = warehouse / "evaluation" / "t0-20260103T120000Z"
     for name in ("metrics.json", "report.md", "transfer_ratio.png", "coverage_over_time.png", "hit_rate.png",
-                 "ne_vs_coverage.png"):
+                 "ne_vs_coverage.png", "freshness.png"):
         assert (out / name).is_file(), name
     summary = json.loads((out / "metrics.json").read_text())
     new = {"vm_baseline_pretrained", "vm_distilled_pretrained", "solaris_placebo", "solaris_oracle", "fm_at_tick"}
-    assert set(summary["variants"]) == set(VARIANTS) == {
+    assert set(VARIANTS) == {
         "fm", "vm_baseline", "vm_distilled", "solaris_none", "solaris_tier1", "solaris_tiers1-2", "solaris_tiers1-3",
         "solaris_tiers1-4", "solaris_tiers1-5", "solaris_tiers1-6", "solaris_distilled", *new}
-    assert all(set(result["variants"]) == set(VARIANTS) for result in summary["per_seed"])
+    assert set(summary["variants"]) == set(VARIANTS) | CURVE
+    assert CURVE == {"fm_age1m", "fm_age5m", "fm_age15m", "fm_age60m", "solaris_oracle_age0m", "solaris_oracle_age1m",
+                     "solaris_oracle_age5m"}
+    assert all(set(result["variants"]) == set(VARIANTS) | CURVE for result in summary["per_seed"])
+    # the freshness curve: the FM by age and at the tick, the oracle by age and at the tick, each with NE and TR
+    curve = summary["freshness"]["pooled"]
+    points = {point["variant"]: point for point in curve["points"]}
+    assert set(points) == CURVE | {"fm", "fm_at_tick", "solaris_oracle"}
+    assert [points[f"fm_age{age}m"]["age_minutes"] for age in (1, 5, 15, 60)] == [1, 5, 15, 60]
+    assert 0 < points["fm_at_tick"]["age_minutes"] <= 60 and points["solaris_oracle"]["at_tick"]
+    for name, point in points.items():
+        assert point["ne"]["low"] <= point["ne"]["estimate"] <= point["ne"]["high"], name
+        assert name == "fm" or point["transfer_ratio"]["estimate"] is not None, name
+    assert curve["vm_baseline"]["estimate"] and curve["vm_distilled"]["estimate"]
+    assert points["fm"]["ne"] == summary["intervals"]["pooled"]["ne"]["fm"]  # the upper bound placed, not recomputed
     comparisons = summary["intervals"]["pooled"]["comparisons"]
     for key in ("solaris_tiers1-6-vs-solaris_placebo", "solaris_tiers1-6-vs-solaris_none",
                 "solaris_oracle-vs-vm_distilled", "solaris_oracle-vs-solaris_placebo",
@@ -119,6 +136,7 @@ def test_quick_mode_through_the_cli_reports_every_variant_and_resumes(first_run,
     assert pooled["ne"]["fm"]["low"] <= pooled["ne"]["fm"]["estimate"] <= pooled["ne"]["fm"]["high"]
     verdict = (out / "report.md").read_text().split("## Set-up")[0]
     assert "## Verdict" in verdict and "VM+SOLARIS tiers 1-6 vs VM distilled: \u0394NE = " in verdict
+    assert "## The freshness curve" in verdict and "| request \u2212 60 min |" in verdict
     assert "VM+SOLARIS oracle (exact pair for every request) vs VM distilled: \u0394NE = " in verdict
     with np.load(out / "20260103T120000Z" / "seed-42" / "scored.npz") as scored:
         assert scored["served_tier"].shape == scored["fm"].shape
@@ -203,6 +221,6 @@ def test_shuffled_labels_in_the_scored_window_give_chance_auc_for_every_variant(
     assert seed.replay["ticks_run"] == len(seed.per_tick) == 3  # replayed on the edited events
     n = seed.requests["scored"]
     assert n > 300
-    assert set(summary.variants) == set(VARIANTS)  # the oracle and the placebo included
+    assert set(summary.variants) == set(VARIANTS) | CURVE  # the oracle, the placebo and the curve included
     for name, row in summary.variants.items():
         assert row.auc.mean is not None and abs(row.auc.mean - 0.5) < 0.08, (name, row.auc.mean, n)

@@ -13,6 +13,7 @@ import torch
 
 from solaris.config import load_config
 from solaris.drivers import evaluate as evaluate_job
+from solaris.evaluation import freshness
 from solaris.evaluation import protocol as evaluation
 from solaris.evaluation.bootstrap import ScoredRequests, bootstrap_intervals
 from solaris.evaluation.report import write_report
@@ -20,7 +21,7 @@ from solaris.models.features import training_features
 from solaris.models.training import predict, vm_spec, warm_start_vm
 from solaris.models.vm import VerticalModel
 from solaris.provenance import events_digest
-from tests.tolerance import assert_far_apart
+from tests.tolerance import assert_close, assert_far_apart
 
 T0 = datetime(2026, 1, 3, 12, tzinfo=timezone.utc)
 HOUR = 3600
@@ -158,19 +159,24 @@ def _summary(tmp_path, t0s=(T0,)):
     weak, strong = labels - 0.5 + rng.normal(0, 1, 400), labels - 0.5 + rng.normal(0, 0.3, 400)
     predictions = {name: 1 / (1 + np.exp(-weak)) for name in evaluation.VARIANTS}
     predictions["fm"] = 1 / (1 + np.exp(-4 * strong))
+    curve = load_config().evaluation.freshness
+    for name in freshness.extra_variants(curve.fm_ages_minutes, curve.oracle_ages_minutes):  # between FM and VM
+        predictions[name] = 1 / (1 + np.exp(-2 * (strong + weak) / 2))
     variants = evaluation.variant_metrics(labels, predictions)
     results = tuple(_seed_result(variants, seed, t0=t0) for t0 in t0s for seed in (1, 2))
     requests = ScoredRequests(users, labels, (predictions, predictions), np.arange(400) % 4)  # tiers 0-3
     intervals = bootstrap_intervals(requests, resamples=50)
     if len(t0s) > 1:
         intervals = replace(intervals, per_window={t0.isoformat(): intervals.pooled for t0 in t0s})
+    curve_report = freshness.FreshnessReport.of(curve.fm_ages_minutes, curve.oracle_ages_minutes, intervals,
+                                                {t.isoformat(): np.full(400, 1800.0) for t in t0s})
     return EvaluationSummary.of(
         evaluation.aggregate_seeds(list(results)), output=str(tmp_path), t0=tuple(t.isoformat() for t in t0s),
         windows=tuple(WindowSummary(t.isoformat(), "x", "y", 400, 40) for t in t0s), scored_requests=400,
         scored_users=40,
         settings=load_config(overrides=["evaluation.tail_hours=2", "evaluation.eval_hours=3"]).evaluation,
         warehouse=str(tmp_path), seeds=(1, 2), intervals=intervals, per_seed=results, wall_s=float("nan"),
-        adapter=load_config().model.adapter,
+        adapter=load_config().model.adapter, freshness=curve_report,
     )
 
 
@@ -205,6 +211,32 @@ def test_report_files_from_a_summary(tmp_path):
     assert "| 1 (pair) | 100 (25.0 %)" in tiers and "| 3 (user aggregate) |" in tiers and "| 0 " not in tiers
     assert set(saved["intervals"]["per_tier"]) == {"1", "2", "3"}
     assert "model.adapter.design: concat" in report
+
+
+def test_every_report_carries_the_freshness_curve_pooled_and_per_window(tmp_path):
+    """metrics.json's ``freshness``, the report's section (one table pooled, one per window) and its plot."""
+    later = T0.replace(day=5)
+    summary = _summary(tmp_path, t0s=(T0, later))
+    paths = write_report(tmp_path, summary)
+    assert "freshness.png" in {p.name for p in paths} and (tmp_path / "freshness.png").stat().st_size > 5000
+    saved = json.loads((tmp_path / "metrics.json").read_text())["freshness"]
+    assert saved["fm_ages_minutes"] == [0, 1, 5, 15, 60] and saved["oracle_ages_minutes"] == [0, 1, 5]
+    assert set(saved["per_window"]) == {T0.isoformat(), later.isoformat()}
+    points = {point["variant"]: point for point in saved["pooled"]["points"]}
+    assert points["fm_age5m"]["age_minutes"] == 5 and points["fm_age5m"]["transfer_ratio"]["estimate"] is not None
+    assert points[evaluation.FM_AT_TICK]["at_tick"] and points[evaluation.FM_AT_TICK]["age_minutes"] == 30
+    assert points["fm"]["transfer_ratio"] is None and points["solaris_oracle_age0m"]["series"] == "oracle"
+    assert saved["pooled"]["vm_distilled"]["estimate"] is not None
+    report = (tmp_path / "report.md").read_text()
+    section = report.split("## The freshness curve")[1].split("## Set-up")[0]
+    assert section.count("| value computed at |") == 3 and f"Window T0 = {T0.isoformat()}" in section
+    rows = [line for line in section.splitlines() if line.startswith("| ")][:7]
+    assert [row.split(" | ")[0] for row in rows[1:]] == [
+        "| the request", "| request \u2212 1 min", "| request \u2212 5 min", "| request \u2212 15 min",
+        "| request \u2212 60 min", "| the serving tick (median 30 min)"]
+    assert "1 (the reference)" in rows[1] and rows[4].endswith("| - | - |")  # no oracle at 15 min
+    assert "VM baseline NE" in section and "VM distilled NE" in section
+    assert "FM (upper bound) vs VM baseline" in report and "fm_age5m" not in report  # the curve: its own section
 
 
 def test_the_ceiling_section_follows_the_oracle_vs_distillation_interval(tmp_path):
@@ -256,8 +288,10 @@ def test_metrics_json_keeps_its_form_and_the_typed_results_round_trip(tmp_path):
     summary = _summary(tmp_path)
     saved = json.loads(metrics_json(summary))
     assert list(saved) == ["output", "t0", "windows", "requests", "settings", "warehouse", "seeds", "variants",
-                           "coverage", "cost", "intervals", "per_seed", "wall_s", "adapter"]
-    assert set(saved["variants"]) == set(evaluation.VARIANTS)
+                           "coverage", "cost", "intervals", "freshness", "per_seed", "wall_s", "adapter"]
+    curve = load_config().evaluation.freshness
+    extra = set(freshness.extra_variants(curve.fm_ages_minutes, curve.oracle_ages_minutes))
+    assert set(saved["variants"]) == set(evaluation.VARIANTS) | extra
     assert set(saved["variants"]["fm"]) == {*evaluation.METRIC_KEYS, "transfer_ratio_pooled"}
     assert saved["variants"]["fm"]["ne"].keys() == {"mean", "std", "n"}
     assert saved["settings"]["finetune_learning_rate"] == 1e-4 and saved["requests"] == {"scored": 400, "users": 40}
@@ -267,7 +301,7 @@ def test_metrics_json_keeps_its_form_and_the_typed_results_round_trip(tmp_path):
     first = saved["per_seed"][0]
     assert set(first) == {"seed", "t0", "variants", "coverage", "tail_coverage", "per_tick", "cost", "models",
                           "replay", "requests"}
-    assert set(first["variants"]) == set(evaluation.VARIANTS)
+    assert set(first["variants"]) == set(evaluation.VARIANTS) | extra
     assert set(first["variants"]["fm"]) == {"log_loss", "ne", "auc", "calibration", "n", "transfer_ratio"}
     result = summary.per_seed[0]
     text = json.dumps(result.to_dict(), default=str)  # as result.json stores it (NaN kept)
@@ -680,9 +714,20 @@ def test_the_fine_tune_and_the_scoring_feed_each_design_what_it_reads(design):
     tuned = evaluate_job.fine_tune(config, rows, data, seed=1, models=models, inputs=inputs)
     for model in (tuned.solaris, tuned.solaris_distilled, tuned.control, tuned.placebo, tuned.oracle):
         assert isinstance(model, VerticalModel) and model.spec.channel == (design == "channel")
-    predictions = evaluate_job.predict_scored(config, rows, data, models=models, tuned=tuned, inputs=inputs)
-    assert set(predictions.by_variant) == set(evaluation.VARIANTS)
+    aged = evaluate_job.aged_requests(config, rows, data, fm)
+    predictions = evaluate_job.predict_scored(config, rows, data, models=models, tuned=tuned, inputs=inputs,
+                                              aged=aged)
+    curve = config.evaluation.freshness
+    assert set(predictions.by_variant) == set(evaluation.VARIANTS) | set(
+        freshness.extra_variants(curve.fm_ages_minutes, curve.oracle_ages_minutes))
     assert all(np.isfinite(p).all() and p.shape == (rows.scored.size,) for p in predictions.by_variant.values())
+    # the upper bound is the FM at the request, whichever pass computed it
+    assert_close(predictions.by_variant["fm"], predict(fm, data.features.take(rows.scored)))
+    pair = np.full(rows.scored.size, 1)
+    oracle_fresh = predict(tuned.oracle, data.features.take(rows.scored),
+                           {"fm_embedding": aged.vectors[5], "fm_tier": pair, "fm_age": np.full(rows.scored.size,
+                                                                                               300.0, np.float32)})
+    assert_close(predictions.by_variant[freshness.oracle_variant(5)], oracle_fresh)
     if design == "channel":
         assert tuned.oracle.score_path is not None  # type: ignore[union-attr]
         # bit-exact: the head copied from the serving FM, no arithmetic
