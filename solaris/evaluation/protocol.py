@@ -448,6 +448,48 @@ def _plain(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class HitRates:
+    """One tick's hit rates, from the replay's ``hit_rate`` run row (absent when the job wrote none)."""
+
+    candidates: Any  # the share of next-hour requests among the candidates (None when not measured)
+    verified: Any  # ...among the verified, written pairs
+
+
+@dataclass(frozen=True)
+class TickRow:
+    """One replay tick of one seed: the requests of the hour after it, how serving answered them, hit rates.
+
+    Typed so the replay's producer and the report agree on fields, not string keys. ``to_dict`` is
+    result.json's and metrics.json's flat row: ``tick``, ``scored_window``, ``requests``, the coverage
+    shares (:func:`coverage_by_tier`, none for an hour without requests), then ``candidates_hit_rate``
+    and ``verified_hit_rate`` when the replay measured them.
+    """
+
+    tick: str
+    scored_window: bool
+    requests: int
+    coverage: Mapping[str, float]
+    hit_rates: HitRates | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"tick": self.tick, "scored_window": self.scored_window, "requests": self.requests,
+                               **self.coverage}
+        if self.hit_rates is not None:
+            row.update(candidates_hit_rate=self.hit_rates.candidates, verified_hit_rate=self.hit_rates.verified)
+        return row
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TickRow:
+        fixed = {"tick", "scored_window", "requests", "candidates_hit_rate", "verified_hit_rate"}
+        measured = "candidates_hit_rate" in data or "verified_hit_rate" in data
+        return cls(
+            tick=str(data["tick"]), scored_window=bool(data["scored_window"]), requests=int(data["requests"]),
+            coverage={key: value for key, value in data.items() if key not in fixed},
+            hit_rates=HitRates(data.get("candidates_hit_rate"), data.get("verified_hit_rate")) if measured else None,
+        )
+
+
+@dataclass(frozen=True)
 class SeedResult:
     """One seed of one window (``<T0>/seed-<n>/result.json``, ``metrics.json``'s ``per_seed``).
 
@@ -462,7 +504,7 @@ class SeedResult:
     variants: Mapping[str, VariantMetrics]
     coverage: Mapping[str, float]
     tail_coverage: Mapping[str, float]
-    per_tick: tuple[Mapping[str, Any], ...]
+    per_tick: tuple[TickRow, ...]
     cost: Cost[float]
     models: Mapping[str, Any]
     replay: Mapping[str, Any]
@@ -477,7 +519,7 @@ class SeedResult:
             seed=int(data["seed"]), t0=str(data["t0"]),
             variants={name: VariantMetrics.from_dict(row) for name, row in data["variants"].items()},
             coverage=dict(data["coverage"]), tail_coverage=dict(data["tail_coverage"]),
-            per_tick=tuple(dict(row) for row in data["per_tick"]), cost=Cost.from_dict(data["cost"]),
+            per_tick=tuple(TickRow.from_dict(row) for row in data["per_tick"]), cost=Cost.from_dict(data["cost"]),
             models=dict(data["models"]), replay=dict(data["replay"]), requests=dict(data["requests"]),
         )
 

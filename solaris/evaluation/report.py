@@ -13,7 +13,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from solaris.evaluation.protocol import (
     MeanStd,
     SeedAggregate,
     SeedResult,
+    TickRow,
     VariantSummary,
     cumulative_key,
 )
@@ -507,14 +508,29 @@ def render_markdown(summary: EvaluationSummary, plots: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _mean_series(summary: EvaluationSummary, key: str) -> tuple[list[str], np.ndarray]:
-    """``key`` of every replay tick of the first window, mean over its seeds (other windows' ticks differ)."""
-    ticks = [row["tick"] for row in summary.per_seed[0].per_tick]
+TickValue = Callable[[TickRow], Any]  # one figure of a replay tick (a coverage share, a hit rate), None when absent
+
+
+def _share(key: str) -> TickValue:
+    return lambda row: row.coverage.get(key)
+
+
+def _candidates_hit_rate(row: TickRow) -> Any:
+    return None if row.hit_rates is None else row.hit_rates.candidates
+
+
+def _verified_hit_rate(row: TickRow) -> Any:
+    return None if row.hit_rates is None else row.hit_rates.verified
+
+
+def _mean_series(summary: EvaluationSummary, value: TickValue) -> tuple[list[str], np.ndarray]:
+    """``value`` of every replay tick of the first window, mean over its seeds (other windows' ticks differ)."""
+    ticks = [row.tick for row in summary.per_seed[0].per_tick]
     values = []
     for result in summary.per_seed:
         # an hour without requests has no coverage or hit rate (not 0 %): leave a gap in the line
-        series = {row["tick"]: row.get(key) if row.get("requests") else None for row in result.per_tick}
-        values.append([np.nan if (value := series.get(t)) is None else float(value) for t in ticks])
+        series = {row.tick: value(row) if row.requests else None for row in result.per_tick}
+        values.append([np.nan if (figure := series.get(t)) is None else float(figure) for t in ticks])
     with warnings.catch_warnings():  # a tick with no value in any seed stays NaN (a gap), no warning
         warnings.simplefilter("ignore", RuntimeWarning)
         return ticks, np.nanmean(np.asarray(values, dtype=np.float64), axis=0) if values else np.array([])
@@ -532,11 +548,11 @@ def _finish(fig: Figure, ax: Axes, path: Path, title: str, ylabel: str) -> Path:
     return path
 
 
-def _time_series(ax: Axes, summary: EvaluationSummary, series: tuple[tuple[str, str], ...]) -> None:
+def _time_series(ax: Axes, summary: EvaluationSummary, series: tuple[tuple[TickValue, str], ...]) -> None:
     """Percent lines over replay ticks (mean over seeds), ~12 tick labels on the x axis."""
     ticks: list[str] = []
-    for key, label in series:
-        ticks, values = _mean_series(summary, key)
+    for value, label in series:
+        ticks, values = _mean_series(summary, value)
         ax.plot(range(len(ticks)), 100 * values, marker=".", label=label)
     every = max(1, len(ticks) // 12)
     ax.set_xticks(range(len(ticks))[::every], [t[5:16] for t in ticks][::every], rotation=30, ha="right", fontsize=8)
@@ -586,9 +602,9 @@ def write_plots(out_dir: Path, summary: EvaluationSummary) -> list[Path]:
     )
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    _time_series(ax, summary, tuple((cumulative_key(tier), tiers_label(tier))
+    _time_series(ax, summary, tuple((_share(cumulative_key(tier)), tiers_label(tier))
                                     for tier in SERVING_ORDER))
-    t0_index = next((i for i, row in enumerate(summary.per_seed[0].per_tick) if row["scored_window"]), None)
+    t0_index = next((i for i, row in enumerate(summary.per_seed[0].per_tick) if row.scored_window), None)
     if t0_index is not None:
         ax.axvline(t0_index - 0.5, color="grey", linestyle="--", label="T0 (scored window starts)")
     ax.set_ylim(0, 100)
@@ -603,7 +619,7 @@ def write_plots(out_dir: Path, summary: EvaluationSummary) -> list[Path]:
     )
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    _time_series(ax, summary, (("candidates_hit_rate", "candidates"), ("verified_hit_rate", "verified (written)")))
+    _time_series(ax, summary, ((_candidates_hit_rate, "candidates"), (_verified_hit_rate, "verified (written)")))
     paths.append(
         _finish(
             fig,

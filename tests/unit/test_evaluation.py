@@ -13,6 +13,8 @@ import torch
 
 from solaris.config import load_config
 from solaris.drivers import evaluate as evaluate_job
+from solaris.drivers.evaluate import results as evaluate_results
+from solaris.drivers.evaluate import training as evaluate_training
 from solaris.evaluation import freshness
 from solaris.evaluation import protocol as evaluation
 from solaris.evaluation.bootstrap import ScoredRequests, bootstrap_intervals
@@ -133,9 +135,10 @@ def test_warm_start_predicts_like_its_base_until_trained():
 def _seed_result(variants, seed=1, coverage=None, t0=T0):
     """A seed result around ``variants`` (the other fields as a tiny evaluation fills them)."""
     per_tick = tuple(
-        {"tick": f"{t0.date()}T{h:02d}:00:00+00:00", "scored_window": h >= 12, "requests": 10, "tiers1": 0.5,
-         "tiers1-2": 0.6, "tiers1-3": 0.8, "tiers1-4": 0.85, "tiers1-5": 0.9, "tiers1-6": 0.95,
-         "candidates_hit_rate": 0.3, "verified_hit_rate": 0.2}
+        evaluation.TickRow(f"{t0.date()}T{h:02d}:00:00+00:00", h >= 12, 10,
+                           {"tiers1": 0.5, "tiers1-2": 0.6, "tiers1-3": 0.8, "tiers1-4": 0.85, "tiers1-5": 0.9,
+                            "tiers1-6": 0.95},
+                           evaluation.HitRates(0.3, 0.2))
         for h in range(10, 15)
     )
     shares = evaluation.coverage_by_tier(np.array([0, 1, 3, 3, 5, 6])) if coverage is None else coverage
@@ -321,7 +324,7 @@ def test_a_seed_result_of_another_format_is_recomputed(tmp_path):
     seed_dir.mkdir()
     (seed_dir / "result.json").write_text(json.dumps({"fingerprint": old, "result": {}}))
     np.savez(seed_dir / evaluate_job.SCORED_FILE, fm=np.zeros(3))
-    assert evaluate_job._saved_seed(seed_dir, now) is None
+    assert evaluate_results.saved_seed(seed_dir, now) is None
 
 
 def test_transfer_ratio_undefined_when_the_fm_is_not_better():
@@ -390,14 +393,14 @@ def test_checkpoints_are_reused_only_for_their_own_fingerprint(tmp_path):
         return VerticalModel(vm_spec(config)), {"role": "vm_baseline"}
 
     root = tmp_path / "vm_baseline"
-    _, first, reused = evaluate_job._trained(root, "vm", None, "fingerprint-a", train)
+    _, first, reused = evaluate_training._trained(root, "vm", None, "fingerprint-a", train)
     assert not reused and len(trained) == 1
-    _, again, reused = evaluate_job._trained(root, "vm", None, "fingerprint-a", train)  # unchanged: reused
+    _, again, reused = evaluate_training._trained(root, "vm", None, "fingerprint-a", train)  # unchanged: reused
     assert reused and again == first and len(trained) == 1
-    _, other, reused = evaluate_job._trained(root, "vm", None, "fingerprint-b", train)  # a setting changed
+    _, other, reused = evaluate_training._trained(root, "vm", None, "fingerprint-b", train)  # a setting changed
     assert not reused and other != first and len(trained) == 2
     assert (root / "LATEST").read_text().strip() == other
-    _, back, reused = evaluate_job._trained(root, "vm", None, "fingerprint-a", train)  # switched back
+    _, back, reused = evaluate_training._trained(root, "vm", None, "fingerprint-a", train)  # switched back
     assert reused and back == first and len(trained) == 2
     assert (root / "LATEST").read_text().strip() == first  # what the replayed jobs load
 
@@ -636,9 +639,10 @@ def test_the_evaluation_fine_tune_gives_the_same_vm_for_the_same_seed():
     config = load_config(overrides=["model.embedding_dim=8", "model.history_length=4", "model.training.max_epochs=2",
                                     "model.training.batch_size=128"])
     events = _learnable_events(1200, seed=4)
-    training = evaluate_job._vm_training(config, batch_size=64, learning_rate=config.evaluation.finetune_learning_rate)
+    training = evaluate_training._vm_training(config, batch_size=64,
+                                              learning_rate=config.evaluation.finetune_learning_rate)
     assert training.threads == 1 and training.learning_rate == 1e-4
-    base = train_vm(events, config, 3, training=evaluate_job._vm_training(config)).model
+    base = train_vm(events, config, 3, training=evaluate_training._vm_training(config)).model
     rng = np.random.default_rng(0)
     extras = {"fm_embedding": rng.normal(size=(len(events), 8)).astype(np.float32),
               "fm_tier": rng.integers(0, 4, len(events))}
@@ -741,3 +745,16 @@ def test_the_fine_tune_and_the_scoring_feed_each_design_what_it_reads(design):
         older = predict(tuned.solaris, features, {"fm_embedding": vectors, "fm_tier": served_tiers,
                                                   "fm_age": (ages * 10).astype(np.float32)})
         assert_far_apart(older[served_tiers > 0], as_served[served_tiers > 0])
+
+
+def test_a_tick_row_is_typed_and_keeps_the_flat_json_row():
+    """The replay's per-tick rows are typed end to end; result.json / metrics.json keep the flat row, and an
+    hour without requests (no coverage) or without a hit-rate run (no hit rates) keeps those keys out."""
+    served = evaluation.TickRow("2026-01-03T12:00:00+00:00", True, 4, {"tier1": 0.5, "tiers1": 0.5},
+                                evaluation.HitRates(0.3, None))
+    assert served.to_dict() == {"tick": "2026-01-03T12:00:00+00:00", "scored_window": True, "requests": 4,
+                                "tier1": 0.5, "tiers1": 0.5, "candidates_hit_rate": 0.3, "verified_hit_rate": None}
+    empty = evaluation.TickRow("2026-01-03T13:00:00+00:00", True, 0, {})
+    assert empty.to_dict() == {"tick": "2026-01-03T13:00:00+00:00", "scored_window": True, "requests": 0}
+    for row in (served, empty):
+        assert evaluation.TickRow.from_dict(json.loads(json.dumps(row.to_dict()))) == row
