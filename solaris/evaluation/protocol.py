@@ -451,8 +451,8 @@ def _plain(value: Any) -> Any:
 class HitRates:
     """One tick's hit rates, from the replay's ``hit_rate`` run row (absent when the job wrote none)."""
 
-    candidates: Any  # the share of next-hour requests among the candidates (None when not measured)
-    verified: Any  # ...among the verified, written pairs
+    candidates: float | None  # the share of next-hour requests among the candidates (None: not measurable)
+    verified: float | None  # ...among the verified, written pairs
 
 
 @dataclass(frozen=True)

@@ -508,18 +508,21 @@ def render_markdown(summary: EvaluationSummary, plots: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-TickValue = Callable[[TickRow], Any]  # one figure of a replay tick (a coverage share, a hit rate), None when absent
+TickValue = Callable[[TickRow], "float | None"]  # one figure of a tick (a coverage share, a hit rate), None: absent
 
 
 def _share(key: str) -> TickValue:
+    """The share of tiers ``key`` served at a tick (a plotted line)."""
     return lambda row: row.coverage.get(key)
 
 
-def _candidates_hit_rate(row: TickRow) -> Any:
+def _candidates_hit_rate(row: TickRow) -> float | None:
+    """A tick's candidates hit rate, None where the replay measured none (a gap, not 0 %)."""
     return None if row.hit_rates is None else row.hit_rates.candidates
 
 
-def _verified_hit_rate(row: TickRow) -> Any:
+def _verified_hit_rate(row: TickRow) -> float | None:
+    """A tick's verified hit rate, None where the replay measured none."""
     return None if row.hit_rates is None else row.hit_rates.verified
 
 

@@ -65,9 +65,11 @@ class ServedFeatures:
     ages: np.ndarray  # seconds from the value's computation to the request; NaN where nothing was served
 
     def tail(self) -> tuple[np.ndarray, np.ndarray]:
+        """Vectors and tiers of the tail's requests (what the fine-tunes learn from)."""
         return self.vectors[: self.n_tail], self.tiers[: self.n_tail]
 
     def scored(self) -> tuple[np.ndarray, np.ndarray]:
+        """Vectors and tiers of the scored requests (what the variants are scored with)."""
         return self.vectors[self.n_tail :], self.tiers[self.n_tail :]
 
 

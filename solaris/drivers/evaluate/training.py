@@ -56,6 +56,7 @@ class TrainedModels:
 
 
 def _point_latest(root: Path, version: str) -> None:
+    """``LATEST`` names ``version``, replaced atomically: the replayed jobs load what it names."""
     pointer = root / ".LATEST.tmp"
     pointer.write_text(version + "\n")
     pointer.replace(root / "LATEST")
