@@ -127,7 +127,8 @@ def test_replay_dag_then_the_next_hour_from_the_trigger_form_in_a_browser(tmp_pa
             picker.get_by_placeholder("HH:mm").fill("02:00")
             assert refusal.count() == 0
             page.keyboard.press("Escape")
-            picker.wait_for(state="detached")
+            # the picker unmounts once its closing animation ends (an open-state locator detaches before)
+            page.locator('[data-scope="popover"][data-part="content"]').wait_for(state="detached")
             assert as_of.inner_text().strip() == "Mar 01, 1998 02:00"
             page.get_by_text("Unpause solaris_precompute on trigger").wait_for()  # left checked, as it comes
             page.screenshot(path=shots / "trigger-form.png")
