@@ -118,6 +118,7 @@ def test_replay_dag_then_the_next_hour_from_the_trigger_form_in_a_browser(tmp_pa
             as_of = page.locator("label", has_text="as_of").locator("xpath=../..").get_by_test_id("datetime-input")
             as_of.click()
             picker = page.locator('[data-scope="popover"][data-part="content"][data-state="open"]')
+            picker_id = picker.get_attribute("id")  # the same element once closed, for the wait below
             picker.get_by_placeholder("YYYY/MM/DD").fill("not-a-time")  # the form refuses it: no value is set
             refusal = picker.get_by_text("Invalid date format.")
             refusal.wait_for()
@@ -127,8 +128,8 @@ def test_replay_dag_then_the_next_hour_from_the_trigger_form_in_a_browser(tmp_pa
             picker.get_by_placeholder("HH:mm").fill("02:00")
             assert refusal.count() == 0
             page.keyboard.press("Escape")
-            # the picker unmounts once its closing animation ends (an open-state locator detaches before)
-            page.locator('[data-scope="popover"][data-part="content"]').wait_for(state="detached")
+            # hidden once its closing animation ends (the open-state locator lets go when the animation starts)
+            page.locator(f'[id="{picker_id}"]').wait_for(state="hidden")
             assert as_of.inner_text().strip() == "Mar 01, 1998 02:00"
             page.get_by_text("Unpause solaris_precompute on trigger").wait_for()  # left checked, as it comes
             page.screenshot(path=shots / "trigger-form.png")
