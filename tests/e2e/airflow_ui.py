@@ -56,8 +56,10 @@ class AirflowUI:
         url = f"http://127.0.0.1:{port}"
         log = home / "standalone.log"
         # the task runners reach the API server through base_url: it must name the port we chose
+        # the DAG files parsed once: nothing edits them during a test, and each parse is a process
         env = {**env, "SOLARIS_AIRFLOW_HOME": str(home), "AIRFLOW__API__PORT": str(port),
-               "AIRFLOW__API__BASE_URL": url}
+               "AIRFLOW__API__BASE_URL": url, "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
+               "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "3600"}
         with open(log, "wb") as out:
             # not a new session here: the script's `setsid` makes it one, so its pid is the group to stop
             process = subprocess.Popen(["bash", "scripts/airflow-ui.sh"], cwd=ROOT, env=env, stdout=out,
