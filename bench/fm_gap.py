@@ -81,7 +81,7 @@ def score_window(events: EventArrays, config: SolarisConfig, t0_seconds: int, va
     def refreshed(name: str, model: torch.nn.Module, recipe: SolarisConfig, threads: int) -> None:
         started = time.monotonic()
         h = recipe.model.history_length
-        result = fit(model, tail_features[h], tail.label, tail.ts, finetune_training(recipe, threads), seed,
+        result = fit(model, tail_features[h], tail.label, tail.ts, finetune_training(recipe, threads), seed=seed,
                      name=f"{name}+tail", keep_initial=True)
         seconds[f"{name}+tail"] = time.monotonic() - started
         predictions[f"{name}+tail"] = predict(result.model, scored[h])
@@ -160,9 +160,10 @@ def main() -> None:
     if args.as_of:
         t0s = [int(t.timestamp()) for t in args.as_of]
     else:
-        picked = densest_windows(events.ts, events.user_id, settings.tail_hours, settings.eval_hours,
-                                 settings.step_hours, args.windows or settings.windows, settings.min_requests,
-                                 settings.min_users, settings.min_training_events)
+        picked = densest_windows(events.ts, events.user_id, tail_hours=settings.tail_hours,
+                                 eval_hours=settings.eval_hours, step_hours=settings.step_hours,
+                                 count=args.windows or settings.windows, min_requests=settings.min_requests,
+                                 min_users=settings.min_users, min_training_events=settings.min_training_events)
         t0s = [int(w.t0.timestamp()) for w in picked]
     variants = _variants(args.variant)
     reference = "vm_baseline+tail" if args.tail_finetune else "vm_baseline"

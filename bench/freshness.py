@@ -262,7 +262,8 @@ def score(config: Any, models: dict[str, Any], as_of: datetime, hours: float, ag
         started, name = time.monotonic(), fm_variant(age)
         at = ticks if age == TICK else query_times(ts, int(age))
         features = (index.query(users, items, ticks, fm_history) if age == TICK
-                    else features_at_age(index, users, items, ts, int(age), fm_history))
+                    else features_at_age(index, users, items, ts, age_minutes=int(age),
+                                          history_length=fm_history))
         predictions[name] = fm_pass(fm, features)[0]
         variant_ages[name] = float(np.median(ts - at) / 60)
         log.info("%s: %d requests scored in %.1f s", name, rows.size, time.monotonic() - started)

@@ -101,8 +101,9 @@ def ml1m_users(warehouse: str, as_of_text: str, cache_dir: Path) -> tuple[np.nda
     spark = get_spark(config, "bench-knn")
     events = visible_events(spark, config, as_of)
     histories = user_histories(events, events.select("user_id").distinct(), config.model.history_length)
-    representer = make_user_representer(str(fm_dir), dim, config.model.history_length, int(as_of.timestamp()),
-                                        config.precompute.model_batch_size, config.precompute.torch_threads)
+    representer = make_user_representer(
+        str(fm_dir), embedding_dim=dim, history_length=config.model.history_length, request_ts=int(as_of.timestamp()),
+        batch_size=config.precompute.model_batch_size, torch_threads=config.precompute.torch_threads)
     frame = histories.mapInArrow(representer, REPRESENTATION_SCHEMA).toPandas().sort_values("user_id")
     ids, vectors = frame["user_id"].to_numpy(np.int64), decode(frame["vector"].tolist(), dim)
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -142,7 +143,7 @@ def bench(name: str, vectors: np.ndarray, args) -> dict:
     population = vectors[train_rows] if len(held_out) < 2 else held_out  # as the knn stage: not the training points
     nlist = args.clusters or knn.default_clusters(n)
     centroids = knn.train_centroids(vectors[train_rows], nlist, args.seed)
-    nprobe, curve = knn.choose_nprobe(population, centroids, k, args.target_recall,
+    nprobe, curve = knn.choose_nprobe(population, centroids, k=k, target=args.target_recall,
                                       population_fraction=len(population) / n, seed=args.seed)
     quantizer = faiss.IndexFlatIP(dim)
     ivf = faiss.IndexIVFFlat(quantizer, dim, centroids.shape[0], faiss.METRIC_INNER_PRODUCT)

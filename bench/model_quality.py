@@ -99,7 +99,8 @@ def main() -> None:
         started = time.monotonic()
         fm = train_fm(train, fm_config, seed, features=train_features)
         fm_seconds = time.monotonic() - started
-        teacher_logits, _ = distillation_teacher_logits(train, fm_config, seed, train_features, fm.model)
+        teacher_logits, _ = distillation_teacher_logits(train, fm_config, seed, features=train_features,
+                                                        served_fm=fm.model)
         baseline = train_vm(train, vm_config, seed, "baseline", features=train_features)
         distilled = train_vm(
             train, vm_config, seed, "distilled", teacher_logits=teacher_logits, features=train_features

@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         now = datetime.now(timezone.utc)  # the wall clock, read once: the bound of "timestamp in the future"
         config = config_from_args(args)
         columns = ColumnMap(args.user_col, args.item_col, args.ts_col, args.rating_col or None, args.label_col or None)
-        spec = resolve_source(args.input, args.layout, args.dataset, columns, args.id_mode, args.delimiter)
+        spec = resolve_source(args.input, layout=args.layout, dataset=args.dataset, columns=columns,
+                              id_mode=args.id_mode, csv_delimiter=args.delimiter)
         spark = get_spark(config, "ingest")
         if args.validate_only:
             report = stage.validate(spark, config, spec, args.as_of, now, samples=args.samples)

@@ -41,13 +41,14 @@ def user_representation_step(fm_checkpoint: str, config: SolarisConfig,
     """History rows (``spark_features.user_histories``) -> (``user_id``, ``vector``) rows through
     the FM at ``as_of``, with the pipeline's model settings: the one representation step that the
     KNN stage and the retrieval source share (``spark_features.user_vectors``)."""
-    representer = make_user_representer(fm_checkpoint, config.model.embedding_dim, config.model.history_length,
-                                        int(as_of.timestamp()), config.precompute.model_batch_size,
-                                        config.precompute.torch_threads)
+    representer = make_user_representer(
+        fm_checkpoint, embedding_dim=config.model.embedding_dim, history_length=config.model.history_length,
+        request_ts=int(as_of.timestamp()), batch_size=config.precompute.model_batch_size,
+        torch_threads=config.precompute.torch_threads)
     return lambda histories: histories.mapInArrow(representer, REPRESENTATION_SCHEMA)
 
 
-def make_user_representer(fm_checkpoint: str, embedding_dim: int, history_length: int, request_ts: int,
+def make_user_representer(fm_checkpoint: str, *, embedding_dim: int, history_length: int, request_ts: int,
                           batch_size: int = 4096,
                           torch_threads: int = 1) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def represent(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

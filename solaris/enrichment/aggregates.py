@@ -63,6 +63,7 @@ def aggregate_users(
     embeddings: np.ndarray,
     computed_at_seconds: np.ndarray,
     as_of_seconds: int,
+    *,
     mode: str = "mean",
     half_life_hours: float = 6.0,
     l2_normalize: bool = False,

@@ -32,7 +32,7 @@ class ImputedItems:
     similarity: np.ndarray  # float32 [m], mean cosine similarity of those items
 
 
-def impute_items(target_ids: np.ndarray, target_vectors: np.ndarray, source_ids: np.ndarray,
+def impute_items(target_ids: np.ndarray, target_vectors: np.ndarray, *, source_ids: np.ndarray,
                  source_vectors: np.ndarray, source_embeddings: np.ndarray, k: int,
                  min_similarity: float = 0.0) -> ImputedItems:
     """Impute each target item from its ``k`` nearest source items in the FM's item space.

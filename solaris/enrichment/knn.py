@@ -177,7 +177,7 @@ def calibration_queries(k: int, sample_fraction: float, pairs: int = 20_000, min
     return max(minimum, -(-pairs // sample_depth(k, sample_fraction)))
 
 
-def choose_nprobe(population: np.ndarray, centroids: np.ndarray, k: int, target: float,
+def choose_nprobe(population: np.ndarray, centroids: np.ndarray, *, k: int, target: float,
                   population_fraction: float = 1.0, seed: int = 0, chunk: int = 1024) -> tuple[int, np.ndarray]:
     """Smallest nprobe whose recall@k, estimated on a driver-side population, reaches ``target``.
 

@@ -47,8 +47,8 @@ def make_aggregator(dim: int, key: str, as_of_s: int, mode: str, half_life_hours
 
         for table in complete_groups(batches, key):
             result = aggregate_users(table.column(key).to_numpy(), decode(table.column("embedding"), dim),
-                                     table.column("computed_s").to_numpy(), as_of_s, mode, half_life_hours,
-                                     l2_normalize)
+                                     table.column("computed_s").to_numpy(), as_of_s, mode=mode,
+                                     half_life_hours=half_life_hours, l2_normalize=l2_normalize)
             keep = result.n_pairs >= min_pairs
             if keep.any():
                 yield pa.record_batch([

@@ -36,7 +36,7 @@ def query_times(ts: np.ndarray, age_minutes: int) -> np.ndarray:
     return np.asarray(ts, dtype=np.int64) - 60 * int(age_minutes)
 
 
-def features_at_age(index: HistoryIndex, users: np.ndarray, items: np.ndarray, ts: np.ndarray, age_minutes: int,
+def features_at_age(index: HistoryIndex, users: np.ndarray, items: np.ndarray, ts: np.ndarray, *, age_minutes: int,
                     history_length: int) -> Features:
     """The features the FM had for each request ``age`` minutes before it.
 

@@ -226,7 +226,7 @@ def window_densities(
 
 
 def densest_windows(
-    ts: np.ndarray, users: np.ndarray, tail_hours: float, eval_hours: float, step_hours: float, count: int,
+    ts: np.ndarray, users: np.ndarray, *, tail_hours: float, eval_hours: float, step_hours: float, count: int,
     min_requests: int, min_users: int, min_training_events: int,
 ) -> list[WindowDensity]:
     """Up to ``count`` non-overlapping windows with the most distinct requesting users.

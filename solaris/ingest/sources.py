@@ -137,6 +137,7 @@ def atomic_columns(header: dict[str, str]) -> ColumnMap:
 
 def resolve_source(
     input_path: str | None,
+    *,
     layout: str | None = None,
     dataset: str | None = None,
     columns: ColumnMap | None = None,

@@ -203,7 +203,7 @@ def _log_loss_sum(logit: torch.Tensor, label: torch.Tensor) -> float:
 
 
 def _solve(adapter: TierAdapter, offset: torch.Tensor, label: torch.Tensor, vector: torch.Tensor,
-           tier: torch.Tensor, l2: float, max_iterations: int) -> None:
+           tier: torch.Tensor, *, l2: float, max_iterations: int) -> None:
     """Ridge logistic regression of the adapter's weights with ``offset`` fixed (L-BFGS, full batch)."""
     optimizer = torch.optim.LBFGS(adapter.parameters(), lr=1.0, max_iter=max_iterations,
                                   line_search_fn="strong_wolfe")
@@ -281,8 +281,8 @@ def fit_adapter(
         with torch.no_grad():
             candidate.enabled[1:] = 1.0
         if served:
-            _solve(candidate, offset[fit_rows], label[fit_rows], vector[fit_rows], tier[fit_rows], l2,
-                   max_iterations)
+            _solve(candidate, offset[fit_rows], label[fit_rows], vector[fit_rows], tier[fit_rows], l2=l2,
+                   max_iterations=max_iterations)
         candidates[name] = candidate
 
     adapter = TierAdapter(spec)

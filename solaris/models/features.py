@@ -185,7 +185,7 @@ def counter_features(
 
 
 def training_features(
-    user_id: ArrayLike, item_id: ArrayLike, ts_seconds: ArrayLike, label: ArrayLike, history_length: int,
+    user_id: ArrayLike, item_id: ArrayLike, ts_seconds: ArrayLike, label: ArrayLike, *, history_length: int,
     feedback: ArrayLike | None = None,
 ) -> Features:
     """Each event queried at its own time against all events: history strictly before it."""

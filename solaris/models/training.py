@@ -61,6 +61,7 @@ def predict(
     model: nn.Module,
     features: Features,
     extras: dict[str, np.ndarray] | None = None,
+    *,
     batch_size: int = 8192,
     device: str | torch.device = "cpu",
     with_embeddings: Literal[False] = False,
@@ -72,9 +73,9 @@ def predict(
     model: nn.Module,
     features: Features,
     extras: dict[str, np.ndarray] | None = None,
+    *,
     batch_size: int = 8192,
     device: str | torch.device = "cpu",
-    *,
     with_embeddings: Literal[True],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]: ...
 
@@ -84,6 +85,7 @@ def predict(
     model: nn.Module,
     features: Features,
     extras: dict[str, np.ndarray] | None = None,
+    *,
     batch_size: int = 8192,
     device: str | torch.device = "cpu",
     with_embeddings: bool = False,
@@ -134,7 +136,7 @@ class _Step:
     steps: int = 0
 
     @classmethod
-    def of(cls, model: nn.Module, training: TrainingConfig, n_rows: int,
+    def of(cls, model: nn.Module, training: TrainingConfig, n_rows: int, *,
            loss_fn: Callable[[torch.Tensor, torch.Tensor, dict], torch.Tensor], features: Features,
            labels: np.ndarray, extras: dict[str, np.ndarray], device: str | torch.device,
            param_groups: list[dict[str, Any]] | None = None) -> _Step:
@@ -173,6 +175,7 @@ def fit(
     labels: np.ndarray,
     ts_seconds: np.ndarray,
     training: TrainingConfig,
+    *,
     seed: int,
     extras: dict[str, np.ndarray] | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor, dict], torch.Tensor] | None = None,
@@ -202,7 +205,8 @@ def fit(
     if training.max_train_examples and train_rows.size > training.max_train_examples:
         train_rows = train_rows[-training.max_train_examples:]  # keep the most recent
     model.to(device)
-    step = _Step.of(model, training, train_rows.size, loss_fn, features, labels, extras, device, param_groups)
+    step = _Step.of(model, training, train_rows.size, loss_fn=loss_fn, features=features, labels=labels,
+                     extras=extras, device=device, param_groups=param_groups)
     rng = np.random.default_rng(seed)
     started = time.monotonic()
     best_state: dict[str, Any] | None = None
@@ -290,7 +294,8 @@ class EventArrays:
 
     def features(self, history_length: int) -> Features:
         """Each event's features at its own time (:func:`training_features`), feedback levels included."""
-        return training_features(self.user_id, self.item_id, self.ts, self.label, history_length, self.feedback)
+        return training_features(self.user_id, self.item_id, self.ts, self.label, history_length=history_length,
+                                 feedback=self.feedback)
 
     def digest(self) -> str:
         """Content hash of these events (:func:`solaris.provenance.events_digest`)."""
@@ -364,7 +369,7 @@ def _channel_setup(
     return channel_parameter_groups(model, body_rate=training.learning_rate, channel_rate=channel_rate)
 
 
-def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device: str | torch.device = "cpu",
+def train_fm(events: EventArrays, config: SolarisConfig, seed: int, *, device: str | torch.device = "cpu",
              features: Features | None = None,
              rows: np.ndarray | None = None, name: str = "FM") -> TrainResult:
     """Train the FM on ``events`` (or on the subset ``rows`` of them, keeping full point-in-time
@@ -380,13 +385,14 @@ def train_fm(events: EventArrays, config: SolarisConfig, seed: int, device: str 
     fm = config.model.fm
     training = training.model_copy(update={"max_epochs": min(training.max_epochs, fm.max_epochs),
                                            "batch_size": fm.batch_size, "lr_schedule": fm.lr_schedule})
-    return fit(model, features, labels, ts, training, seed, name=name, device=device)
+    return fit(model, features, labels, ts, training, seed=seed, name=name, device=device)
 
 
 def out_of_fold_teacher_logits(
     events: EventArrays,
     config: SolarisConfig,
     seed: int,
+    *,
     features: Features,
     folds: int = 2,
     device: str | torch.device = "cpu",
@@ -407,7 +413,8 @@ def out_of_fold_teacher_logits(
     with progress("cross-fitting the teacher", total=folds, unit="fold FM", log=log, interval=0) as report:
         for k in range(folds):
             held = np.flatnonzero(fold == k)
-            teacher = train_fm(events, config, seed + 1000 * (k + 1), device, features, np.flatnonzero(fold != k),
+            teacher = train_fm(events, config, seed + 1000 * (k + 1), device=device, features=features,
+                               rows=np.flatnonzero(fold != k),
                                name=f"teacher FM {k + 1}/{folds}")
             _, logits[held], _ = predict(teacher.model, features.take(held), device=device, with_embeddings=True)
             report.advance(metric=f"valid NE {teacher.validation['ne']:.4f}")
@@ -418,6 +425,7 @@ def distillation_teacher_logits(
     events: EventArrays,
     config: SolarisConfig,
     seed: int,
+    *,
     features: Features,
     served_fm: nn.Module,
     device: str | torch.device = "cpu",
@@ -438,7 +446,8 @@ def distillation_teacher_logits(
         kd.teacher_folds - 1,
         kd.teacher_folds,
     )
-    logits = out_of_fold_teacher_logits(events, config, seed, features, kd.teacher_folds, device)
+    logits = out_of_fold_teacher_logits(events, config, seed, features=features, folds=kd.teacher_folds,
+                                        device=device)
     return logits, {"teacher": "cross-fit", "teacher_folds": kd.teacher_folds}
 
 
@@ -447,6 +456,7 @@ def train_vm(
     config: SolarisConfig,
     seed: int,
     variant: str = "baseline",
+    *,
     teacher_logits: np.ndarray | None = None,
     fm_embedding: np.ndarray | None = None,
     fm_tier: np.ndarray | None = None,
@@ -454,7 +464,6 @@ def train_vm(
     init_from: VerticalModel | None = None,
     training: TrainingConfig | None = None,
     keep_initial: bool = False,
-    *,
     fm_age: np.ndarray | None = None,
     fm_head: nn.Linear | None = None,
 ) -> TrainResult:
@@ -508,9 +517,9 @@ def train_vm(
         events.label,
         events.ts,
         training,
-        seed,
-        extras,
-        loss_fn,
+        seed=seed,
+        extras=extras,
+        loss_fn=loss_fn,
         name=f"VM[{variant}]",
         keep_initial=keep_initial,
         param_groups=groups,

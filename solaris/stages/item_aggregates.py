@@ -107,9 +107,9 @@ def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: date
         def fm_vectors(ids: np.ndarray) -> np.ndarray:
             return item_space(torch.as_tensor(ids, dtype=torch.long)).numpy().astype(np.float32)
 
-        imputed = impute_items(targets, fm_vectors(targets), source_ids, fm_vectors(source_ids),
-                               source_embeddings, enrichment.item_neighbors,
-                               enrichment.item_neighbor_min_similarity)
+        imputed = impute_items(targets, fm_vectors(targets), source_ids=source_ids,
+                               source_vectors=fm_vectors(source_ids), source_embeddings=source_embeddings,
+                               k=enrichment.item_neighbors, min_similarity=enrichment.item_neighbor_min_similarity)
     rows = pd.DataFrame({
         "item_id": imputed.item_ids,
         "embedding": [vector.astype("<f4").tobytes() for vector in imputed.embeddings],

@@ -199,7 +199,7 @@ def _cluster_index(config: SolarisConfig, vectors: DataFrame, n_users: int, fm_v
         centroids = knn.train_centroids(train, enrichment.knn_clusters or knn.default_clusters(n_users),
                                         config.seed)
         population = train if held_out is None else held_out  # see choose_nprobe: not the training points
-        nprobe, curve = knn.choose_nprobe(population, centroids, k, enrichment.knn_target_recall,
+        nprobe, curve = knn.choose_nprobe(population, centroids, k=k, target=enrichment.knn_target_recall,
                                           population_fraction=len(population) / n_users, seed=config.seed)
         sample_recall = float(curve[nprobe - 1])
         _save_index(index_dir, as_of, n_users, centroids, nprobe, sample_recall)

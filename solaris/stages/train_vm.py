@@ -51,7 +51,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     features = events.features(config.model.history_length)
     teacher_logits, teacher_info = None, dict[str, object]()
     if teacher is not None:
-        teacher_logits, teacher_info = distillation_teacher_logits(events, config, seed, features, teacher[0])
+        teacher_logits, teacher_info = distillation_teacher_logits(events, config, seed, features=features,
+                                                                   served_fm=teacher[0])
     log.info("training VM[%s] on %d events up to %s", variant, len(events), as_of)
     result = train_vm(events, config, seed, variant, teacher_logits=teacher_logits, features=features)
     metadata = training_metadata(f"vm_{variant}", as_of, seed, events, result, config=config,

@@ -118,9 +118,11 @@ def test_items_without_an_aggregate_are_imputed_from_the_fm_item_space_and_serve
             return fm.item_emb(torch.as_tensor(np.asarray(ids, dtype=np.int64))).numpy()
 
         targets = np.array(sorted(engaged - set(aggregates.item_id)), dtype=np.int64)
-        expected = impute_items(targets, space(targets), aggregates.item_id.to_numpy(), space(aggregates.item_id),
-                                decode(aggregates.embedding.tolist(), dim), config.enrichment.item_neighbors,
-                                config.enrichment.item_neighbor_min_similarity)
+        expected = impute_items(targets, space(targets), source_ids=aggregates.item_id.to_numpy(),
+                                source_vectors=space(aggregates.item_id),
+                                source_embeddings=decode(aggregates.embedding.tolist(), dim),
+                                k=config.enrichment.item_neighbors,
+                                min_similarity=config.enrichment.item_neighbor_min_similarity)
     stored = latest.set_index("item_id").loc[expected.item_ids]
     np.testing.assert_allclose(decode(stored.embedding.tolist(), dim), expected.embeddings, rtol=1e-5, atol=1e-6)
     # served to a never-seen user for such an item, after the item aggregate

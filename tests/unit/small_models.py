@@ -19,4 +19,4 @@ def small_features(n=64, seed=0):
     users, items = rng.integers(1, 20, n), rng.integers(1, 30, n)
     ts = np.sort(rng.integers(0, 5000, n))
     labels = rng.integers(0, 2, n).astype(np.float32)
-    return training_features(users, items, ts, labels, SMALL_FM.history_length), labels
+    return training_features(users, items, ts, labels, history_length=SMALL_FM.history_length), labels

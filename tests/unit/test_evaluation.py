@@ -122,7 +122,7 @@ def test_warm_start_predicts_like_its_base_until_trained():
     users, items = rng.integers(0, 50, n), rng.integers(0, 40, n)
     ts = np.sort(rng.integers(0, 10 * HOUR, n))
     labels = (rng.random(n) < 0.5).astype(np.float32)
-    features = training_features(users, items, ts, labels, 4)
+    features = training_features(users, items, ts, labels, history_length=4)
     torch.manual_seed(0)
     base = VerticalModel(vm_spec(config))
     widened = warm_start_vm(base, vm_spec(config, with_fm_embedding=True))
@@ -429,7 +429,8 @@ def test_densest_windows_pick_the_bursts_without_overlap_and_respect_the_minimum
     order = np.argsort(ts, kind="stable")
     ts, users = ts[order], users[order]
     pick = lambda count, **kw: evaluation.densest_windows(  # noqa: E731
-        ts, users, 4, 6, 1, count, **{"min_requests": 100, "min_users": 50, "min_training_events": 100, **kw})
+        ts, users, tail_hours=4, eval_hours=6, step_hours=1, count=count,
+        **{"min_requests": 100, "min_users": 50, "min_training_events": 100, **kw})
     (best,) = pick(1)
     assert start + 44 * HOUR <= best.t0.timestamp() <= start + 50 * HOUR and best.users >= 250
     both = pick(3)
@@ -601,11 +602,11 @@ def test_keep_initial_keeps_the_warm_start_only_when_no_epoch_beats_it():
     config = load_config(overrides=["model.embedding_dim=8", "model.history_length=4", "model.training.threads=1",
                                     "model.training.batch_size=128", "model.training.max_epochs=3"])
     events = _learnable_events(1500, seed=3)
-    features = training_features(events.user_id, events.item_id, events.ts, events.label, 4)
+    features = training_features(events.user_id, events.item_id, events.ts, events.label, history_length=4)
     training = config.model.training
 
     def fitted(model, keep_initial, **update):
-        return fit(model, features, events.label, events.ts, training.model_copy(update=update), 5,
+        return fit(model, features, events.label, events.ts, training.model_copy(update=update), seed=5,
                    keep_initial=keep_initial)
 
     torch.manual_seed(0)
@@ -661,7 +662,7 @@ def test_the_fm_at_the_serving_tick_is_the_fm_head_on_the_oracle_vectors():
     n = 50
     ts = np.sort(rng.integers(0, 10 * HOUR, n))
     features = training_features(rng.integers(0, 9, n), rng.integers(0, 12, n), ts,
-                                 (rng.random(n) < 0.5).astype(np.float32), 4)
+                                 (rng.random(n) < 0.5).astype(np.float32), history_length=4)
     torch.manual_seed(0)
     fm = FoundationModel(fm_spec(config))
     probabilities, _, vectors = predict(fm, features, with_embeddings=True)

@@ -41,11 +41,11 @@ def test_own_label_never_leaks_into_features():
     users, items = rng.integers(0, 50, n), rng.integers(0, 80, n)
     ts = rng.integers(0, 10_000, n)
     labels = rng.integers(0, 2, n).astype(float)
-    base = training_features(users, items, ts, labels, 8)
+    base = training_features(users, items, ts, labels, history_length=8)
     for row in rng.choice(n, 50, replace=False):
         flipped = labels.copy()
         flipped[row] = 1 - flipped[row]
-        other = training_features(users, items, ts, flipped, 8)
+        other = training_features(users, items, ts, flipped, history_length=8)
         affected = np.flatnonzero(np.any((base.hist_labels != other.hist_labels) & base.hist_mask, axis=1))
         # only requests strictly later than the flipped event, by the same user, may change
         assert set(affected.tolist()) <= set(np.flatnonzero((users == users[row]) & (ts > ts[row])).tolist())

@@ -40,7 +40,7 @@ def test_features_at_request_minus_age_hold_only_events_strictly_before_that_mom
     user, item, ts, label = _events_on_the_edges()
     index = HistoryIndex(user, item, ts, label)
     length = 5
-    features = freshness.features_at_age(index, user, item, ts, age, length)
+    features = freshness.features_at_age(index, user, item, ts, age_minutes=age, history_length=length)
     at = ts - age * MINUTE
     on_the_edge = 0
     for row in range(ts.size):

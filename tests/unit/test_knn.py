@@ -120,7 +120,7 @@ def test_choose_nprobe_predicts_the_recall_of_the_search_on_the_whole_sample():
     # the recall the stage's search really gets, for every nprobe.
     vectors, ids = _clustered(n=800, dim=12, clusters=10, seed=4)
     centroids = train_centroids(vectors, 30, seed=2)
-    nprobe, curve = choose_nprobe(vectors, centroids, 10, 0.95)  # 800 <= calibration_queries: all
+    nprobe, curve = choose_nprobe(vectors, centroids, k=10, target=0.95)  # 800 <= calibration_queries: all
     exact = exact_topk(ids, vectors, ids, vectors, 10)
     assert 1 < nprobe < 30  # a non-trivial choice on this data
     for p in sorted({1, nprobe - 1, nprobe, 30}):
@@ -162,7 +162,7 @@ def test_choose_nprobe_on_a_held_out_population_uses_the_scaled_depth():
     vectors, _ = _clustered(n=1200, dim=12, clusters=10, seed=6)
     sample, population = vectors[:900], vectors[900:]
     centroids = train_centroids(sample, 20, seed=0)
-    nprobe, curve = choose_nprobe(population, centroids, 10, 0.9, population_fraction=0.25)
+    nprobe, curve = choose_nprobe(population, centroids, k=10, target=0.9, population_fraction=0.25)
     assert sample_depth(10, 0.25) == 2
     truth = search(np.arange(300), population, np.arange(300), population, 2)[0]
     probes = nearest_clusters(population, centroids, nprobe)

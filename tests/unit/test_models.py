@@ -194,15 +194,15 @@ def test_out_of_fold_teacher_logits_never_come_from_an_fm_trained_on_the_example
 
     n = 600
     events, config = _tiny_training_set(n, seed=3)
-    features = training.training_features(events.user_id, events.item_id, events.ts, events.label, 4)
+    features = training.training_features(events.user_id, events.item_id, events.ts, events.label, history_length=4)
     trained_on, real_train_fm = [], training.train_fm
 
-    def spy(events_, config_, seed, device="cpu", features=None, rows=None, **kwargs):
+    def spy(events_, config_, seed, *, rows=None, **kwargs):
         trained_on.append(np.asarray(rows))
-        return real_train_fm(events_, config_, seed, device, features, rows, **kwargs)
+        return real_train_fm(events_, config_, seed, rows=rows, **kwargs)
 
     monkeypatch.setattr(training, "train_fm", spy)
-    logits = training.out_of_fold_teacher_logits(events, config, 7, features, folds=3)
+    logits = training.out_of_fold_teacher_logits(events, config, 7, features=features, folds=3)
     assert logits.shape == (n,) and np.isfinite(logits).all()
     assert len(trained_on) == 3
     held_out = [np.setdiff1d(np.arange(n), rows) for rows in trained_on]
@@ -211,7 +211,7 @@ def test_out_of_fold_teacher_logits_never_come_from_an_fm_trained_on_the_example
         assert np.intersect1d(rows, held).size == 0
         assert held.max() - held.min() + 1 == held.size  # events are time-sorted: a fold is one time interval
     with pytest.raises(ValueError, match="at least 2 folds"):
-        training.out_of_fold_teacher_logits(events, config, 7, features, folds=1)
+        training.out_of_fold_teacher_logits(events, config, 7, features=features, folds=1)
 
 
 def test_training_gives_the_same_model_for_the_same_seed_whatever_ran_before():

@@ -47,7 +47,7 @@ def _served(n: int, seed: int) -> dict[str, torch.Tensor]:
     rng = np.random.default_rng(seed)
     users, items = rng.integers(0, 50, n), rng.integers(0, 40, n)
     ts = np.sort(rng.integers(0, 36_000, n))
-    features = training_features(users, items, ts, (rng.random(n) < 0.5).astype(np.float32), 4)
+    features = training_features(users, items, ts, (rng.random(n) < 0.5).astype(np.float32), history_length=4)
     tiers = rng.choice([TIER_NONE, TIER_PAIR, TIER_USER, 5], size=n)
     vectors = np.where(tiers[:, None] > 0, rng.normal(size=(n, DIM)), 0.0).astype(np.float32)
     ages = np.where(tiers > 0, rng.uniform(1, 3600, n), np.nan).astype(np.float32)

@@ -232,8 +232,8 @@ def aged_requests(config: SolarisConfig, rows: WindowRows, data: EvaluationData,
     probabilities, vectors = {}, {}
     for age in freshness.pass_ages(ages.fm_ages_minutes, ages.oracle_ages_minutes):
         features = data.features.take(scored) if age == 0 else freshness.features_at_age(
-            data.index, events.user_id[scored], events.item_id[scored], events.ts[scored], age,
-            config.model.history_length)
+            data.index, events.user_id[scored], events.item_id[scored], events.ts[scored], age_minutes=age,
+            history_length=config.model.history_length)
         probabilities[age], vector = freshness.fm_pass(fm, features)
         if age in ages.oracle_ages_minutes:
             vectors[age] = vector

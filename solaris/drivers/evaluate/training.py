@@ -104,7 +104,7 @@ def _teacher_logits(
             log.info("reusing the distillation teacher's soft labels (fingerprint %s)", fingerprint)
             return saved["logits"], json.loads(str(saved["used"]))
     logits, used = distillation_teacher_logits(
-        data.events.select(rows.pre), config, replay_seed, data.features.take(rows.pre), fm
+        data.events.select(rows.pre), config, replay_seed, features=data.features.take(rows.pre), served_fm=fm
     )
     used = {**used, "teacher_seed": replay_seed}
     path.parent.mkdir(parents=True, exist_ok=True)

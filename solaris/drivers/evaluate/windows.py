@@ -107,8 +107,9 @@ def choose_windows(config: SolarisConfig, events: EventArrays, t0s: list[datetim
             log.info("window T0 %s: %d scored requests from %d users", t0, density.requests, density.users)
         return given
     picked = evaluation.densest_windows(
-        events.ts, events.user_id, settings.tail_hours, settings.eval_hours, settings.step_hours,
-        settings.windows, *minimums,
+        events.ts, events.user_id, tail_hours=settings.tail_hours, eval_hours=settings.eval_hours,
+        step_hours=settings.step_hours, count=settings.windows, min_requests=settings.min_requests,
+        min_users=settings.min_users, min_training_events=settings.min_training_events,
     )
     if not picked:
         raise JobInputError(
