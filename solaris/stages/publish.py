@@ -252,7 +252,7 @@ def _pinned_tables_and_stats(spark: SparkSession, config: SolarisConfig, as_of: 
     if not table_exists(spark, neighbors_path):
         raise JobInputError(f"no user_neighbors at {neighbors_path}: run `solaris knn` first")
     neighbors = _pinned(spark, neighbors_path)
-    stats = _servable_stats_on_driver(dict(tables), neighbors, as_of, dim, config.spark.driver_max_rows)
+    stats = _servable_stats_on_driver(dict(tables), neighbors, as_of, dim, config.storage.driver_max_rows)
     if stats is None:
         # the known users at the version the manifest pins, like every tier table
         known = spark.read.format("delta").option("versionAsOf", neighbors.version).load(neighbors.path)
