@@ -75,11 +75,7 @@ class Events:
             frame = self._on_driver(as_of, since)
             if frame is not None:
                 return frame
-        from pyspark.sql import functions as F
-
-        events = self.window(until=as_of, since=since)
-        return events.select("user_id", "item_id", F.unix_seconds("ts").alias("ts"), "label",
-                             rating_column(events)).toPandas()
+        return self._with_spark(as_of, since)
 
     def training(self, as_of: datetime) -> pd.DataFrame:
         """:meth:`pandas` up to ``as_of`` for a training job, refused when there are none to learn from."""
@@ -87,6 +83,14 @@ class Events:
         if frame.empty:
             raise JobInputError(f"no events with ts <= {as_of.isoformat()} in {self.table.path}")
         return frame
+
+    def _with_spark(self, as_of: datetime, since: datetime | None) -> pd.DataFrame:
+        """:meth:`pandas` read by Spark."""
+        from pyspark.sql import functions as F
+
+        events = self.window(until=as_of, since=since)
+        return events.select("user_id", "item_id", F.unix_seconds("ts").alias("ts"), "label",
+                             rating_column(events)).toPandas()
 
     def _on_driver(self, as_of: datetime, since: datetime | None) -> Any:
         """:meth:`pandas` read with ``deltalake``; None when it cannot read the table."""

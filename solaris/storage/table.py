@@ -338,12 +338,12 @@ class Table:
             lambda: DriverEngine.replace(rows, self.path, predicate(standard_sql_str), parts),
             lambda: self._spark().replace_where(spark_frame(), self.path, predicate(sql_str), parts))
 
-    def append(self, frame: DataFrame) -> None:
+    def append(self, frame: DataFrame, *, partition_by: Sequence[str] = ()) -> None:
         """Append ``frame`` to a table without a write rule (a copy, a benchmark's scratch table)."""
         if self.rule is not None:
             raise ValueError(f"{self.name} is written by its {self.rule.kind} rule, not appended to")
         self.engine_for(Access.SPARK_PLAN)
-        self._spark_of(frame).append(frame, self.path)
+        self._spark_of(frame).append(frame, self.path, partition_by)
 
     def delete_where(self, predicate: str, *, bounded_by: tuple[str, datetime] | None = None) -> int:
         """Delete the rows matching the Spark SQL ``predicate`` in one commit; the rows it removed, from the
