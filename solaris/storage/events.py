@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from solaris.runtime import JobInputError
+from solaris.storage.driver_engine import DriverEngine
 from solaris.storage.engine import Access, Engine
 from solaris.storage.table import SparkSource, Table
 
@@ -98,8 +99,6 @@ class Events:
         import pandas as pd
         import pyarrow as pa
         import pyarrow.dataset as ds
-
-        from solaris.storage.driver_engine import DriverEngine
 
         def utc(moment: datetime) -> datetime:
             return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)

@@ -26,6 +26,7 @@ from solaris.storage.delta_log import DeltaLog
 from solaris.storage.driver_engine import DriverEngine
 from solaris.storage.engine import Access, Engine, choose_engine, is_commit_conflict, sql_str, standard_sql_str
 from solaris.storage.spark_engine import SparkEngine
+from solaris.storage.sql import SQL_DIR
 from solaris.storage.validity import servable_column, servable_filter
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -227,8 +228,6 @@ class Table:
     def decoded_view(self) -> DataFrame:
         """Temp view ``pair_embeddings_decoded``: the table plus ``embedding_array`` (array<float>)
         (``sql/pair_embeddings_view.sql``)."""
-        from solaris.storage.sql import SQL_DIR
-
         self.scan().createOrReplaceTempView("pair_embeddings_raw")
         statement = "\n".join(line for line in (SQL_DIR / "pair_embeddings_view.sql").read_text().splitlines()
                               if not line.startswith("--"))
