@@ -39,10 +39,9 @@ def user_bootstrap(users: np.ndarray, covered: np.ndarray, resamples: int, seed:
 
 
 def main() -> None:
-    from deltalake import DeltaTable
-
     from solaris.serving.resolver import load_snapshot
     from solaris.serving.snapshots import list_manifests, read_manifest
+    from solaris.storage.table import Table
     from solaris.tiers import SERVING_ORDER, TIER_NAMES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -53,7 +52,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    events = DeltaTable(f"{args.warehouse}/events").to_pandas(columns=["user_id", "item_id", "ts"])
+    events = Table.at(f"{args.warehouse}/events").rows(["user_id", "item_id", "ts"]).to_pandas()
     events["ts_s"] = events["ts"].astype("datetime64[us, UTC]").astype("int64") / 1e6
     users, tiers, ticks = [], [], []
     manifests = {}

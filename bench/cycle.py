@@ -257,11 +257,12 @@ def fm_seconds_per_pair(spark, config, as_of, threads: int) -> tuple[float, int]
     from solaris.models.common import to_tensors
     from solaris.models.training import EventArrays
     from solaris.pipeline import run_ids
-    from solaris.storage.tables import events_until
+    from solaris.storage.events import Events
+    from solaris.storage.table import Table
 
     torch.set_num_threads(threads)
-    events = events_until(spark, config, as_of)
-    pairs = (spark.read.format("delta").load(config.table_path("candidates"))
+    events = Events.of(spark, config).pandas(as_of)
+    pairs = (Table.of(spark, config, "candidates").scan()
              .where(f"run_id = '{run_ids(as_of)['precompute']}'").select("user_id", "item_id").toPandas())
     index = EventArrays.from_frame(events).index()
     features = index.query(pairs.user_id.to_numpy(), pairs.item_id.to_numpy(),

@@ -4,10 +4,10 @@ Why: a tick of the hourly cycle costs about the same on a 120-user synthetic wor
 on MovieLens-1M (34,000 pairs), so its seconds are not the data's. A tick makes nine Delta commits
 (``bench/cycle.py`` lists them by table): five ``merge_if_new_run`` (pair, user and item embeddings,
 imputed users and items), three replacements of a run's or a key's rows (candidates, the pair log,
-the ``runs`` audit) and one overwrite (``user_neighbors``). Up to ``spark.driver_max_rows`` rows,
+the ``runs`` audit) and one overwrite (``user_neighbors``). Up to ``storage.driver_max_rows`` rows,
 the merges and replacements are collected to the driver and written by ``deltalake``
 (``driver_*`` kinds: the collect included); above it, Spark writes them (the other kinds). This
-script times each kind alone, through the pipeline's own helpers in :mod:`solaris.storage.tables`,
+script times each kind alone, through the pipeline's own :class:`solaris.storage.table.Table`,
 on a small Delta table whose source is a cheap in-memory frame, so what it measures is the engines'
 own work per commit (planning, the jobs a MERGE runs, the log) and not a stage's computation.
 Multiplied by the tick's commits it is the floor of a tick's wall time on this machine with today's
@@ -32,7 +32,7 @@ from typing import Callable
 
 # Commits of one tick by kind (bench/cycle.py: nine commits, by table), with an hour's rows under the bound.
 TICK_WRITES = {"driver_merge_if_new_run": 5, "driver_replace_run": 3, "overwrite": 1}
-# Measured for comparison: the same writes by Spark (beyond the bound, or spark.driver_max_rows=0).
+# Measured for comparison: the same writes by Spark (beyond the bound, or storage.driver_max_rows=0).
 SPARK_WRITES = ("merge_if_new_run", "merge_into", "replace_where")
 
 
@@ -69,14 +69,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from solaris.config import load_config
     from solaris.spark import get_spark
-    from solaris.storage.tables import (
-        driver_rows,
-        merge_if_new_run,
-        merge_into,
-        replace_run,
-        replace_where,
-        with_commit_retry,
-    )
+    from solaris.storage.table import Table, WriteRule
 
     work = Path(tempfile.mkdtemp(prefix="solaris-bench-delta-"))
     config = load_config(overrides=[f"warehouse={work}", f"spark.master=local[{args.threads}]",
@@ -90,19 +83,21 @@ def main(argv: list[str] | None = None) -> None:
                 .withColumn("run_id", F.lit(f"run-{serial}"))
                 .withColumn("embedding", F.array(*[F.lit(float(j)) for j in range(args.dim)])))
 
-    def overwrite(frame, path: str) -> None:
-        with_commit_retry(lambda: frame.write.format("delta").mode("overwrite").save(path), f"overwrite {path}")
+    def table(path: str, *rule: object, **parts: object) -> Table:
+        return Table.at(path, spark=spark, storage=config.storage, rule=WriteRule(*rule, **parts))  # type: ignore[arg-type]
 
-    bound = config.spark.driver_max_rows
+    # rows=None: Spark writes, whatever the engine rule would choose (the comparison kinds)
     kinds: dict[str, Callable[[object, str, int], None]] = {
-        "driver_merge_if_new_run": lambda frame, path, _: merge_if_new_run(frame, path, ["user_id"],
-                                                                           rows=driver_rows(frame, bound)),
-        "driver_replace_run": lambda frame, path, serial: replace_run(frame, path, f"run-{serial}",
-                                                                      rows=driver_rows(frame, bound)),
-        "merge_if_new_run": lambda frame, path, _: merge_if_new_run(frame, path, ["user_id"]),
-        "merge_into": lambda frame, path, _: merge_into(frame, path, ["user_id", "run_id"]),
-        "replace_where": lambda frame, path, serial: replace_where(frame, path, f"run_id = 'run-{serial}'"),
-        "overwrite": lambda frame, path, _: overwrite(frame, path),
+        "driver_merge_if_new_run": lambda frame, path, serial: table(path, "merge_newer", keys=("user_id",)).write(
+            frame, f"run-{serial}"),
+        "driver_replace_run": lambda frame, path, serial: table(path, "replace_run").write(frame, f"run-{serial}"),
+        "merge_if_new_run": lambda frame, path, serial: table(path, "merge_newer", keys=("user_id",)).write(
+            frame, f"run-{serial}", rows=None),
+        "merge_into": lambda frame, path, serial: table(path, "upsert", keys=("user_id", "run_id")).write(
+            frame, f"run-{serial}"),
+        "replace_where": lambda frame, path, serial: table(path, "replace_run").write(frame, f"run-{serial}",
+                                                                                      rows=None),
+        "overwrite": lambda frame, path, serial: table(path, "overwrite").write(frame, f"run-{serial}"),
     }
     sizes = [int(size) for size in args.rows.split(",")]
     print(f"seconds per commit, median of writes 3..{args.repeats} (Spark local[{args.threads}], {args.dim}-d rows)")

@@ -59,7 +59,7 @@ def main() -> None:
     from solaris.runtime import setup_logging
     from solaris.serving.resolver import load_snapshot
     from solaris.spark import get_spark
-    from solaris.storage.tables import events_until
+    from solaris.storage.events import Events
     from solaris.tiers import TIER_PAIR
     from solaris.timeutil import parse_utc
 
@@ -103,7 +103,7 @@ def main() -> None:
             as_of += interval
 
     end = start + timedelta(hours=args.ticks)
-    requests = events_until(spark, config, end, since=start)
+    requests = Events.of(spark, config).pandas(end, since=start)
     users_at = requests["user_id"].to_numpy()
     items_at = requests["item_id"].to_numpy()
     ts = requests["ts"].to_numpy().astype("float64")

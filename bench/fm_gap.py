@@ -152,9 +152,9 @@ def main() -> None:
     config = load_config(overrides=base)
     seed = config.seed if args.seed is None else args.seed
 
-    from deltalake import DeltaTable
+    from solaris.storage.table import Table
 
-    frame = DeltaTable(config.table_path("events")).to_pandas(columns=["user_id", "item_id", "ts", "label", "rating"])
+    frame = Table.of(None, config, "events").rows(["user_id", "item_id", "ts", "label", "rating"]).to_pandas()
     events = EventArrays.from_frame(frame)
     settings = config.evaluation
     if args.as_of:

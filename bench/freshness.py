@@ -237,13 +237,10 @@ def score(config: Any, models: dict[str, Any], as_of: datetime, hours: float, ag
     features, so ``fm@A`` scores what a value computed ``A`` minutes before the request would.
     """
     from solaris.models.training import EventArrays, predict
-    from solaris.storage.tables import events_until_on_driver
+    from solaris.storage.events import Events
 
     end = as_of + timedelta(hours=hours)
-    frame = events_until_on_driver(config, end)
-    if frame is None:
-        raise SystemExit(f"cannot read {config.table_path('events')} with deltalake on the driver")
-    events = EventArrays.from_frame(frame)
+    events = EventArrays.from_frame(Events.of(None, config).pandas(end))  # on the driver: no Spark here
     rows = np.flatnonzero((events.ts > int(as_of.timestamp())) & (events.ts <= int(end.timestamp())))
     if rows.size == 0:
         raise SystemExit(f"no requests in ({as_of.isoformat()}, {end.isoformat()}]")

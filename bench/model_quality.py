@@ -71,9 +71,9 @@ def main() -> None:
     )
     vm_config = load_config(overrides=[*overrides, f"model.training.threads={args.vm_threads}"])
 
-    from deltalake import DeltaTable
+    from solaris.storage.table import Table
 
-    frame = DeltaTable(config.table_path("events")).to_pandas(columns=["user_id", "item_id", "ts", "label", "rating"])
+    frame = Table.of(None, config, "events").rows(["user_id", "item_id", "ts", "label", "rating"]).to_pandas()
     events = EventArrays.from_frame(frame)
     t0 = int(args.as_of.timestamp())
     t1 = int((args.as_of + timedelta(days=args.eval_days)).timestamp())

@@ -300,14 +300,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import torch
-    from deltalake import DeltaTable
 
     from solaris.precompute.speculation import busiest_ticks
+    from solaris.storage.table import Table
     from solaris.timeutil import parse_utc
 
     torch.set_num_threads(2)
     started = time.perf_counter()
-    table = DeltaTable(f"{args.warehouse}/events").to_pyarrow_table(columns=["user_id", "item_id", "ts"])
+    table = Table.at(f"{args.warehouse}/events").rows(["user_id", "item_id", "ts"])
     frame = table.to_pandas()
     frame["ts"] = (pd.to_datetime(frame["ts"], utc=True) - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(seconds=1)
     events = Events.from_frame(frame)

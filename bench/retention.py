@@ -45,11 +45,11 @@ def disk_bytes(folder: Path) -> int:
 def footprint(folder: Path) -> Footprint:
     """The table's live rows and bytes (its latest version's add actions) and its bytes on disk; zeros
     when the table does not exist yet."""
-    from deltalake import DeltaTable
+    from solaris.storage.table import Table
 
     if not (folder / "_delta_log").is_dir():
         return Footprint(0, 0, 0)
-    actions = DeltaTable(str(folder)).get_add_actions(flatten=True)
+    actions = Table.at(str(folder)).log.files()
     rows = sum(value or 0 for value in actions.column("num_records").to_pylist()) if actions.num_rows else 0
     size = sum(actions.column("size_bytes").to_pylist()) if actions.num_rows else 0
     return Footprint(int(rows), int(size), disk_bytes(folder))

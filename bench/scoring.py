@@ -110,6 +110,7 @@ def main() -> None:
     from pyspark.sql import functions as F
 
     from solaris.spark import get_spark
+    from solaris.storage.table import Table, WriteRule
     from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
     offsets = inputs["offsets"]
@@ -147,13 +148,13 @@ def main() -> None:
         if limit:
             frame = frame.limit(limit)
         scored = frame.mapInArrow(make_scorer(spec), OUTPUT_SCHEMA).withColumn("computed_at", F.current_timestamp())
-        scored.write.format("delta").mode("overwrite").save(str(workdir / target))
+        Table.at(str(workdir / target), spark=spark, rule=WriteRule("overwrite")).write(scored, target)
 
     spark_pass(20_000, "warmup")
     started = time.perf_counter()
     spark_pass(None, "pair_embeddings")
     spark_seconds = time.perf_counter() - started
-    written = spark.read.format("delta").load(str(workdir / "pair_embeddings")).count()
+    written = Table.at(str(workdir / "pair_embeddings"), spark=spark).row_count()
     assert written == args.pairs, written
     spark_rate = args.pairs / spark_seconds
     print(

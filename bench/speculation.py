@@ -224,19 +224,19 @@ def measure_tick(spark, config, tick, sets, passes, written_names, context=None)
     from pyspark.sql import functions as F
 
     from solaris.precompute.spark_features import visible_events
+    from solaris.storage.events import Events
 
     pre = config.precompute
-    events = spark.read.format("delta").load(config.table_path("events"))
     history = visible_events(spark, config, tick, context).groupBy("user_id").agg(F.count("*").alias("n"))
     stratum = (F.when(F.col("n").isNull(), "none").when(F.col("n") <= 20, "1-20").otherwise(">20"))
     horizon_end = tick + timedelta(hours=pre.horizon_hours)
-    horizon = events.where((F.col("ts") > F.lit(tick)) & (F.col("ts") <= F.lit(horizon_end)))
+    horizon = Events.of(spark, config).window(since=tick, until=horizon_end)
     requests = horizon.select("user_id", "item_id").join(history, "user_id", "left").withColumn("stratum", stratum)
     per_stratum = {r["stratum"]: (int(r["requests"]), int(r["users"])) for r in requests.groupBy("stratum").agg(
         F.count("*").alias("requests"), F.countDistinct("user_id").alias("users")).collect()}
     hits = requests.join(sets, ["user_id", "item_id"]).groupBy("set", "stratum").agg(
         *(F.count_if(F.col("rank") <= b).alias(f"b{b}") for b in BUDGETS)).collect()
-    ttl = events.where((F.col("ts") > F.lit(tick)) & (F.col("ts") <= F.lit(tick + timedelta(hours=pre.ttl_hours))))
+    ttl = Events.of(spark, config).window(since=tick, until=tick + timedelta(hours=pre.ttl_hours))
     asked = ttl.select("user_id", "item_id").distinct().withColumn("asked", F.lit(True))
     written = sets.where(F.col("set").startswith("written")).join(asked, ["user_id", "item_id"], "left")
     sizes = written.groupBy("set").agg(F.count("*").alias("pairs"), F.count_if(F.col("asked")).alias("asked"),

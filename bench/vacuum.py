@@ -37,28 +37,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="Spark local[N]")
     args = parser.parse_args(argv)
 
-    from delta.tables import DeltaTable
-
     from solaris.config import load_config
     from solaris.spark import get_spark
+    from solaris.storage.table import Table
 
     work = Path(tempfile.mkdtemp(prefix="solaris-bench-vacuum-"))
     config = load_config(overrides=[f"warehouse={work}", f"spark.master=local[{args.threads}]"])
     spark = get_spark(config, "bench-vacuum")
     ours = spark.conf.get(LISTING)
-    path = str(work / "pairs")
+    pairs = Table.at(str(work / "pairs"), spark=spark)
     try:
         for commit in range(args.commits):
-            (spark.range(args.rows).selectExpr("id AS user_id", f"id % 97 + {commit} AS item_id",
-                                               f"{commit % 6} AS expiry_bucket")
-             .write.format("delta").mode("append").partitionBy("expiry_bucket").save(path))
-            DeltaTable.forPath(spark, path).delete(f"expiry_bucket = {(commit + 3) % 6}")
+            pairs.append(spark.range(args.rows).selectExpr("id AS user_id", f"id % 97 + {commit} AS item_id",
+                                                           f"{commit % 6} AS expiry_bucket"),
+                         partition_by=("expiry_bucket",))
+            pairs.delete_where(f"expiry_bucket = {(commit + 3) % 6}")
         seconds: dict[str, list[float]] = {"spark default": [], "session": []}
         for _ in range(args.repeats):
             for name, value in (("spark default", str(SPARK_DEFAULT_LISTING)), ("session", ours)):
                 spark.conf.set(LISTING, value)
                 started = time.perf_counter()
-                DeltaTable.forPath(spark, path).vacuum()
+                pairs.vacuum()
                 seconds[name].append(time.perf_counter() - started)
         result = medians(seconds)
         print(f"VACUUM of a {args.commits}-commit table on local[{args.threads}], median of "

@@ -46,11 +46,10 @@ def _score(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
 
 def exercise(spark: SparkSession, folder: Path) -> None:
     """Run each kind of Spark and Delta work the pipeline's stages do, on a few thousand rows."""
-    from delta.tables import DeltaTable
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from solaris.storage.tables import merge_if_new_run, merge_into, replace_where
+    from solaris.storage.table import Table, WriteRule
 
     events = spark.range(3000).select(
         (F.col("id") % 60).alias("user_id"),
@@ -60,18 +59,21 @@ def exercise(spark: SparkSession, folder: Path) -> None:
         F.timestamp_seconds(F.lit(975_628_800) + F.col("id")).alias("computed_at"),
         F.unhex(F.lit("00" * 64)).alias("embedding"),
     ).withColumn("day", F.to_date("ts"))
-    path = str(folder / "pairs")
-    replace_where(events, path, "day >= '2000-01-01'", partition_by=["day"])
-    replace_where(events.where("user_id < 10"), path, "user_id < 10", partition_by=["day"])
-    merge_if_new_run(events.where("user_id < 30"), path, ["user_id", "item_id", "ts"], partition_by=["day"])
-    merge_into(events.where("user_id >= 30").withColumn("run_id", F.lit("again")), path,
-               ["user_id", "item_id", "ts"], partition_by=["day"])
-    DeltaTable.forPath(spark, path).delete("user_id = 1")
+    path, key = str(folder / "pairs"), ("user_id", "item_id", "ts")
+    pairs = Table.at(path, spark=spark, rule=WriteRule("replace_where", partition_by=("day",)))
+    pairs.replace_where(events, "day >= '2000-01-01'")
+    pairs.replace_where(events.where("user_id < 10"), "user_id < 10")
+    # rows=None: Spark's MERGE, whatever the engine rule would choose for so few rows
+    Table.at(path, spark=spark, rule=WriteRule("merge_newer", keys=key, partition_by=("day",))).write(
+        events.where("user_id < 30"), "class-archive", rows=None)
+    Table.at(path, spark=spark, rule=WriteRule("upsert", keys=key, partition_by=("day",))).write(
+        events.where("user_id >= 30").withColumn("run_id", F.lit("again")), "again")
+    pairs.delete_where("user_id = 1")
     # a time-travel read (publish pins versions)
-    first = spark.read.format("delta").option("versionAsOf", 0).load(path).select("user_id").distinct().toPandas()
-    DeltaTable.forPath(spark, path).vacuum()  # default retention, as expire runs it (deletes nothing here)
+    first = pairs.scan(version=0).select("user_id").distinct().toPandas()
+    pairs.vacuum()  # default retention, as expire runs it (deletes nothing here)
 
-    table = spark.read.format("delta").load(path)
+    table = pairs.scan()
     table.createOrReplaceTempView("class_archive_pairs")
     recent = Window.partitionBy("user_id").orderBy(F.desc("ts"))
     ranked = table.withColumn("rank", F.row_number().over(recent)).where("rank <= 5")

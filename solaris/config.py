@@ -77,9 +77,22 @@ class SparkConfig(_Strict):
     # Class-data-sharing archive of Spark's and Delta's classes, written by `make setup`; used by
     # every driver JVM when the file exists (null: never). Why: solaris/spark.py.
     class_data_archive: str | None = "jars/spark-classes.jsa"
-    # A stage's write of at most this many rows is collected to the driver and written with
-    # deltalake instead of a Spark MERGE / replaceWhere, and publish checks tier tables of at most
-    # this many rows in all on the driver (0: Spark always). Why: solaris/storage/tables.py driver_rows.
+
+
+class StorageConfig(_Strict):
+    """How a Delta table is read and written: by Spark, or on the driver with ``deltalake`` and Arrow.
+
+    ``driver_max_rows``: the one size bound of the engine rule (:func:`solaris.storage.engine.choose_engine`).
+    A write of a Spark frame of at most this many rows is collected once and written by ``deltalake``
+    (MERGE / run replacement), a small table handed to Spark as a frame is read by ``deltalake``, and
+    publish checks pinned tier tables of at most this many rows in all on the driver; anything larger
+    goes to Spark (0: Spark always). Why a bound: Spark's fixed cost per access (snapshot, planning,
+    jobs) is about a second, more than a tick's few thousand rows cost on the driver, while the
+    driver must never hold a table it cannot; 1,000,000 rows of a tier table is ~300 MB of Arrow.
+    Reads whose rows the caller needs on the driver anyway (a run's rows, the events as pandas, the
+    resolver's tiers) have no bound: Spark would collect the same rows.
+    """
+
     driver_max_rows: int = Field(1_000_000, ge=0)
 
 
@@ -590,6 +603,7 @@ class SolarisConfig(_Strict):
     warehouse: Path = Path("warehouse")
     seed: int = 42
     spark: SparkConfig = SparkConfig()
+    storage: StorageConfig = StorageConfig()
     tables: TablesConfig = TablesConfig()
     ingest: IngestConfig = IngestConfig()
     synthetic: SyntheticConfig = SyntheticConfig()

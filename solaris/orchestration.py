@@ -101,12 +101,12 @@ def events_arrived(as_of: str, *, window_minutes: int) -> bool:
     """
     from deltalake.exceptions import TableNotFoundError
 
-    from solaris.storage import tables
+    from solaris.storage.table import Table
 
     path = load_config().table_path("events")
     tick = parse_utc(as_of)
     try:
-        newest = tables.newest_logged(path, "ts")
+        newest = Table.at(path).log.newest("ts")
     except TableNotFoundError:
         newest = None
     if tick_has_events(newest, tick, timedelta(minutes=window_minutes)):

@@ -44,7 +44,7 @@ from solaris.stages.knn import KnnResult
 from solaris.stages.publish import PublishResult
 from solaris.stages.score import ScoreResult
 from solaris.stages.user_aggregates import UserAggregatesResult
-from solaris.storage.audit import RunRecord, write_runs
+from solaris.storage.audit import RunRecord, RunsLog
 from solaris.tick import Tick
 from solaris.timeutil import default_run_id
 
@@ -137,7 +137,7 @@ def open_tick(spark: "SparkSession", config: SolarisConfig, as_of: datetime, *, 
     finally:
         tick.release()
         if tick.audit:
-            write_runs(spark, config, tick.audit)
+            RunsLog.of(spark, config).write(tick.audit)
 
 
 def tick_schedule(start: datetime, end: datetime, step_hours: float = 1.0) -> list[datetime]:

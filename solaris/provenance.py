@@ -10,7 +10,7 @@ produced it, two reports that disagree cannot be told apart from one bug. Each o
 - ``config_digest``: a hash of the effective config (every section, defaults included; the
   warehouse path left out, so the same settings give the same digest on every machine);
 - ``events_digest``: a hash of the events the result was computed from (:func:`events_digest` of the
-  arrays, or of a Delta table's live files, see ``solaris.storage.tables.table_digest``);
+  arrays, or of a Delta table's live files, see ``solaris.storage.delta_log.DeltaLog.digest``);
 - ``models``: role -> checkpoint version (content hash) of every model used;
 - ``packages``: the versions of the libraries whose numbers differ between releases.
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from solaris.pipeline import LAST_MEASURE, run_cycle, run_ids, tick_schedule
 from solaris.progress import progress
 from solaris.runtime import JobInputError
-from solaris.storage.tables import driver_table, table_exists
+from solaris.storage.audit import RunsLog
 from solaris.tiers import SERVING_ORDER
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,17 +42,7 @@ def _done_ticks(spark: SparkSession, config: SolarisConfig, wanted: set[str]) ->
     folder (Spark's reader otherwise): a replay resumed, or an evaluation's seed sharing a replay
     already done, used to ask Spark once per tick, about half a second for each of a window's 48 ticks.
     """
-    import pyarrow.dataset as ds
-    from pyspark.sql import functions as F
-
-    path = config.table_path("runs")
-    if not table_exists(spark, path):
-        return set()
-    rows = driver_table(path, None, ("run_id",), (ds.field("job") == LAST_MEASURE) & (ds.field("status") == "success"))
-    if rows is not None:
-        return set(rows.column("run_id").to_pylist()) & wanted
-    done = (F.col("job") == LAST_MEASURE) & (F.col("status") == "success") & F.col("run_id").isin(sorted(wanted))
-    return {row.run_id for row in spark.read.format("delta").load(path).where(done).select("run_id").collect()}
+    return RunsLog.of(spark, config).succeeded(LAST_MEASURE, wanted)
 
 
 def run(spark: SparkSession, config: SolarisConfig, start: datetime, end: datetime, step_hours: float = 1.0,

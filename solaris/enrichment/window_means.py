@@ -82,7 +82,7 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
     # each task then aggregates whole runs of keys at once in numpy.
     latest = Window.partitionBy(key, other).orderBy(F.col("computed_at").desc(), F.col("run_id").desc())
     pairs = (
-        spark.read.format("delta").load(config.table_path("pair_embeddings_log"))
+        Table.of(spark, config, "pair_embeddings_log").scan()
         .where((F.col("computed_at") > F.lit(window_start)) & (F.col("computed_at") <= F.lit(as_of)))
         .select("user_id", "item_id", "embedding", "computed_at", "fm_version", "run_id")
         .repartition(key)

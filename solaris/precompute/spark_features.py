@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Callable
 
+from solaris.storage.events import Events, rating_column
+
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -67,16 +69,14 @@ def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime, 
     cached = tick.check(as_of).frame(TICK_EVENTS) if tick is not None else None
     if cached is not None:
         return cached
-    events = spark.read.format("delta").load(config.table_path("events"))
-    return events.where(F.col("ts") <= F.lit(as_of)).select(
+    events = Events.of(spark, config).window(until=as_of)
+    return events.select(
         *event_columns(events), F.lit(as_of).cast("timestamp").alias(TICK_AS_OF))
 
 
 def event_columns(events: DataFrame) -> list[Column]:
     """:data:`EVENT_COLUMNS` of an events table, ``rating`` null where the table has none (:func:`rating_column`)."""
     from pyspark.sql import functions as F
-
-    from solaris.storage.tables import rating_column
 
     return [rating_column(events) if name == "rating" else F.col(name) for name in EVENT_COLUMNS]
 

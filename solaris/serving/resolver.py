@@ -26,10 +26,12 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from solaris.storage.table import Table
 from solaris.storage.validity import servable_mask
 from solaris.tiers import (
     SERVING_ORDER,
@@ -499,18 +501,24 @@ def coverage(tiers: np.ndarray) -> dict[str, float]:
 
 def load_tier(path: str, version: int | None, dim: int, keys: list[str]) -> Tier:
     """One tier from a pinned version of its Delta table (deltalake, no Spark), keyed by ``keys``."""
-    from deltalake import DeltaTable
-
     from solaris.storage.embedding_codec import decode
 
     columns = [*keys, "embedding", "computed_at", "expires_at"]
-    table = DeltaTable(path, version=version).to_pyarrow_table(columns=columns)
+    table = _pinned_rows(path, version, columns)
     return Tier.build(
         [table[key].to_numpy() for key in keys],
         decode(table["embedding"], dim),
         table["computed_at"].to_numpy(),
         table["expires_at"].to_numpy(),
     )
+
+
+def _pinned_rows(path: str, version: int | None, columns: list[str]) -> Any:
+    """``columns`` of the table at ``path`` at exactly ``version``, on the driver (no Spark here)."""
+    rows = Table.at(path).rows(columns, version=version)
+    if rows is None:
+        raise ValueError(f"{path}: deltalake could not read version {version}")
+    return rows
 
 
 def load_snapshot(manifest_path: str | os.PathLike[str]) -> TierTables:
@@ -536,9 +544,7 @@ def load_snapshot(manifest_path: str | os.PathLike[str]) -> TierTables:
 
 def load_neighbors(path: str, version: int | None, min_neighbors: int, min_similarity: float) -> Neighbors:
     """``user_neighbors`` at a pinned version (deltalake, no Spark) as a :class:`Neighbors` lookup."""
-    from deltalake import DeltaTable
-
-    table = DeltaTable(path, version=version).to_pyarrow_table(columns=["user_id", "neighbor_ids", "similarities"])
+    table = _pinned_rows(path, version, ["user_id", "neighbor_ids", "similarities"])
     ids = table["neighbor_ids"].combine_chunks()
     sims = table["similarities"].combine_chunks()
     if not (ids.offsets.to_numpy() == sims.offsets.to_numpy()).all():

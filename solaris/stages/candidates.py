@@ -25,7 +25,6 @@ from solaris.storage.audit import RunRecord
 from solaris.storage.embedding_codec import decode
 from solaris.storage.sql import literal, render, statements
 from solaris.storage.table import Table
-from solaris.storage.tables import stored_partitions
 from solaris.udfs.knn import user_representation_step
 from solaris.udfs.retrieval import ITEM_SCHEMA, RETRIEVAL_SCHEMA, make_item_averager, make_retriever
 
@@ -235,7 +234,7 @@ class _PeriodStatistics:
     def stored_keys(self) -> set[str]:
         """The statistics in the table (its partitions), read from the Delta log: no Spark job."""
         if self._stored is None:
-            self._stored = stored_partitions(self.table.path, "stats_key") if self.table.exists() else set()
+            self._stored = self.table.log.partitions("stats_key") if self.table.exists() else set()
         return self._stored
 
     def frame(self, name: str, statement: str) -> DataFrame:
@@ -245,7 +244,7 @@ class _PeriodStatistics:
         key = self.keys[name]
         if key not in self.cached:
             if key in self.stored_keys():
-                stored = self.spark.read.format("delta").load(self.table.path).where(F.col("stats_key") == key)
+                stored = self.table.scan().where(F.col("stats_key") == key)
                 self.cached[key] = _materialise(stored.select("item_a", "item_b", "n"))
                 log.info("item statistic %s as of %s read from %s", name, self.stats_as_of, self.table.path)
             else:

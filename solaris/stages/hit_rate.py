@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from solaris.serving.resolver import coverage as tier_shares
 from solaris.serving.resolver import load_snapshot
 from solaris.storage.audit import RunRecord
-from solaris.storage.tables import events_until
+from solaris.storage.events import Events
+from solaris.storage.table import Table
 from solaris.tiers import SERVING_ORDER
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,12 +91,10 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     def flagged(frame: DataFrame, flag: str) -> DataFrame:
         return frame.select(*keys).distinct().withColumn(flag, F.lit(True))
 
-    requests = flagged(spark.read.format("delta").load(config.table_path("events"))
-                       .where((F.col("ts") > F.lit(as_of)) & (F.col("ts") <= F.lit(horizon_end))), "is_request")
-    candidates = flagged(spark.read.format("delta").load(config.table_path("candidates"))
-                         .where(F.col("run_id") == run_id), "is_candidate")
-    verified = flagged(spark.read.format("delta").load(config.table_path("pair_embeddings"))
-                       .where(F.col("run_id") == run_id), "is_verified")
+    requests = flagged(Events.of(spark, config).window(since=as_of, until=horizon_end), "is_request")
+    candidates = flagged(Table.of(spark, config, "candidates").scan().where(F.col("run_id") == run_id), "is_candidate")
+    verified = flagged(Table.of(spark, config, "pair_embeddings").scan().where(F.col("run_id") == run_id),
+                       "is_verified")
     # One pass (one Spark action) over the union of the three pair sets instead of one count each.
     both = requests.join(candidates, keys, "full_outer").join(verified, keys, "full_outer")
     request = F.coalesce(F.col("is_request"), F.lit(False))
@@ -128,7 +127,7 @@ def coverage(
     tick: Tick | None = None,
 ) -> CoverageResult:
     """Resolve the next hour's requests through the snapshot just published; share per tier."""
-    requests = events_until(spark, config, as_of + timedelta(hours=1), since=as_of)
+    requests = Events.of(spark, config).pandas(as_of + timedelta(hours=1), since=as_of)
     tables = load_snapshot(manifest_path)
     _, tiers, _ = tables.resolve(requests["user_id"].to_numpy(), requests["item_id"].to_numpy(),
                                  requests["ts"].to_numpy().astype("float64"))

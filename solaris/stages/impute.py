@@ -22,7 +22,6 @@ from solaris.runtime import JobInputError
 from solaris.storage.audit import RunRecord
 from solaris.storage.embedding_codec import decode, encode_arrow
 from solaris.storage.table import Table
-from solaris.storage.tables import table_exists
 from solaris.storage.validity import expires_at
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -103,12 +102,12 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
 
     enrichment, dim = config.enrichment, config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="impute", as_of=as_of)
-    neighbors_path, users_path = config.table_path("user_neighbors"), config.table_path("user_embeddings")
-    if not table_exists(spark, neighbors_path):
-        raise JobInputError(f"no user_neighbors at {neighbors_path}: run `solaris knn` first")
-    neighbors = Table.of(spark, config, "user_neighbors").frame()
-    if table_exists(spark, users_path):
-        servable = Table.of(spark, config, "user_embeddings").frame(
+    neighbors_table, users = Table.of(spark, config, "user_neighbors"), Table.of(spark, config, "user_embeddings")
+    if not neighbors_table.exists():
+        raise JobInputError(f"no user_neighbors at {neighbors_table.path}: run `solaris knn` first")
+    neighbors = neighbors_table.frame()
+    if users.exists():
+        servable = users.frame(
             ["user_id", "embedding", "fm_version"], servable_at=as_of).select(
             F.col("user_id").alias("neighbor_id"), F.col("embedding").alias("neighbor_embedding"), "fm_version")
     else:

@@ -40,7 +40,6 @@ from solaris.runtime import (
 )
 from solaris.storage.audit import RunRecord, write_quarantine
 from solaris.storage.table import Table
-from solaris.storage.tables import table_version
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -393,7 +392,7 @@ def ingest(
             "event_time_bounds": classified.bounds.audit(),
         }
         for name in ("events", "quarantine", "id_map"):
-            version = table_version(spark, config.table_path(name))
+            version = Table.of(spark, config, name).version()
             if version is not None:
                 record.table_versions[name] = version
         record.write(spark, config, "success")

@@ -20,7 +20,7 @@ aggregate at ``t`` borrow the similarity-weighted mean of the aggregates of thei
 ``item_id`` with the same TTL and provenance (``n_neighbors``, ``similarity``). Both sides are
 collected to the driver: they are the recently engaged catalogue (thousands to a few hundred
 thousand items), not the users or the pairs - so they are read back and merged with ``deltalake``
-(``solaris.storage.tables.servable_rows`` / ``merge_rows_if_new_run``), without Spark's per-query
+(``Table.servable_rows`` / ``Table.write_rows``), without Spark's per-query
 and per-MERGE fixed costs. ``item_neighbors: 0`` turns tier 6 off.
 
 Rerunning the same run id changes nothing.
@@ -41,7 +41,6 @@ from solaris.precompute.spark_features import visible_events, within_hours
 from solaris.storage.audit import RunRecord
 from solaris.storage.embedding_codec import decode
 from solaris.storage.table import Table
-from solaris.storage.tables import table_exists
 from solaris.storage.validity import expires_at
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -132,7 +131,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     enrichment = config.enrichment
     record = RunRecord(run_id=run_id, job="item_aggregates", as_of=as_of)
     log_path = config.table_path("pair_embeddings_log")
-    if not table_exists(spark, log_path):
+    if not Table.of(spark, config, "pair_embeddings_log").exists():
         log.warning("no pair_embeddings_log yet at %s: no item aggregates", log_path)
         record.write(spark, config, "success", tick)
         return ItemAggregatesResult(items=0, pairs=0, window_start=None)

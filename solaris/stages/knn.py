@@ -39,7 +39,6 @@ from solaris.runtime import JobInputError
 from solaris.storage.audit import RunRecord
 from solaris.storage.embedding_codec import decode
 from solaris.storage.table import Table
-from solaris.storage.tables import table_rows, table_version
 from solaris.timeutil import parse_utc, utc_stamp
 from solaris.udfs.knn import (
     ASSIGNMENT_SCHEMA,
@@ -419,7 +418,8 @@ def _recall(spark: SparkSession, vectors: DataFrame, neighbors: DataFrame, query
 
 def _written(spark: SparkSession, path: str) -> tuple[int, int]:
     """(version, rows) of the table after the overwrite, from the Delta log (no Spark job)."""
-    version = table_version(spark, path)
+    table = Table.at(path, spark=spark)
+    version = table.version()
     if version is None:
         raise RuntimeError(f"{path} vanished right after it was written")
-    return version, table_rows(path)
+    return version, table.row_count()

@@ -35,8 +35,9 @@ from solaris.serving.snapshots import (
     write_manifest,
 )
 from solaris.storage.audit import RunRecord
-from solaris.storage.tables import logged_row_count, rows_at_version, table_digest, table_exists, table_version
-from solaris.storage.validity import servable_column, servable_filter
+from solaris.storage.engine import Access, Engine, choose_engine
+from solaris.storage.table import Table
+from solaris.storage.validity import servable_column
 from solaris.timeutil import utc_stamp
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-    from solaris.config import SolarisConfig
+    from solaris.config import SolarisConfig, StorageConfig
     from solaris.tick import Tick
 
 log = logging.getLogger("solaris.publish")
@@ -96,7 +97,7 @@ def _servable_stats(spark: SparkSession, pinned: dict[str, PinnedTable], known: 
 
     names = list(pinned)
     parts = [
-        spark.read.format("delta").option("versionAsOf", spec.version).load(spec.path)
+        Table.at(spec.path, spark=spark).scan(spec.version)
         .where(servable_column(as_of))
         .select(F.lit(index).alias("tier_table"),
                 # the item tier has no user: its rows count, but cover no known user (null never joins)
@@ -137,32 +138,35 @@ def _servable_stats(spark: SparkSession, pinned: dict[str, PinnedTable], known: 
 
 
 def _servable_stats_on_driver(pinned: dict[str, PinnedTable], neighbors: PinnedTable, as_of: datetime, dim: int,
-                              max_rows: int) -> ServableStats | None:
+                              storage: StorageConfig) -> ServableStats | None:
     """:func:`_servable_stats` with ``deltalake`` and pyarrow on the driver, or None: Spark computes them.
 
     Why: the tier tables of a tick are small (the serving layer loads them whole), and Spark's one
     action over them still costs a snapshot and a file listing per table, a union, a Python UDF
     and a shuffle - seconds a tick, most of publish. Read here when every pinned table's row count
-    is in its log's statistics and they sum to at most ``max_rows`` (``spark.driver_max_rows``);
-    the rule is the same function of the same rows (:func:`solaris.serving.snapshots.servable_stats`).
+    is in its log's statistics and the engine rule takes their sum to the driver (a ``FRAME`` access
+    of the pinned tables together, bounded by ``storage.driver_max_rows``); the rule is the same
+    function of the same rows (:func:`solaris.serving.snapshots.servable_stats`).
     """
-    if max_rows <= 0:
-        return None
+    specs = (*pinned.values(), neighbors)
+
+    def total(_limit: int) -> int | None:
+        counts = [Table.at(spec.path).log.row_count(spec.version) for spec in specs]
+        # a file without statistics: no bound known before reading
+        return None if any(count is None for count in counts) else sum(count or 0 for count in counts)
+
     try:
-        counts = [logged_row_count(spec.path, spec.version) for spec in (*pinned.values(), neighbors)]
-        if any(count is None for count in counts):
-            return None  # a file without statistics: no bound known before reading
-        total = sum(count or 0 for count in counts)
-        if total > max_rows:
-            log.info("publish: %d rows in the pinned tables, more than spark.driver_max_rows=%d: Spark checks them",
-                     total, max_rows)
+        if choose_engine(storage, [spec.path for spec in specs], Access.FRAME, count=total) is Engine.SPARK:
             return None
         tiers = {}
         for name, spec in pinned.items():
             columns = ["embedding", *(["user_id"] if name in USER_KEYED_TABLES else []),
                        *(["fm_version"] if name == "pair_embeddings" else [])]
-            tiers[name] = rows_at_version(spec.path, spec.version, columns, servable_filter(as_of))
-        known = rows_at_version(neighbors.path, neighbors.version, ["user_id"]).column("user_id")
+            tiers[name] = Table.at(spec.path).servable_rows(as_of, columns, version=spec.version)
+        known_rows = Table.at(neighbors.path).rows(["user_id"], version=neighbors.version)
+        if known_rows is None or any(rows is None for rows in tiers.values()):
+            return None  # deltalake could not read one (it logged why): Spark checks them
+        known = known_rows.column("user_id")
     except Exception as error:  # noqa: BLE001 - e.g. a reader feature deltalake lacks: Spark can
         log.warning("publish: deltalake could not read the pinned tables (%s: %s); Spark checks them",
                     type(error).__name__, error)
@@ -172,7 +176,7 @@ def _servable_stats_on_driver(pinned: dict[str, PinnedTable], neighbors: PinnedT
 
 def _pinned(spark: SparkSession, path: str) -> PinnedTable:
     """The table at its latest committed version (the caller checked that it exists)."""
-    version = table_version(spark, path)
+    version = Table.at(path, spark=spark).version()
     if version is None:
         raise RuntimeError(f"{path} vanished between its existence check and reading its version")
     return PinnedTable(path=path, version=version)
@@ -218,7 +222,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         neighbor_pairs=NeighborPairRule(config.enrichment.neighbor_pair_min_neighbors,
                                         config.enrichment.neighbor_pair_min_similarity)
         if config.enrichment.neighbor_pairs else None,
-        provenance=provenance.collect(config, table_digest(config.table_path("events")),
+        provenance=provenance.collect(config, Table.of(spark, config, "events").log.digest(),
                                       {"fm": ",".join(stats.fm_versions)} if stats.fm_versions else {}),
     )
     manifest_path = write_manifest(directory, manifest, config.enrichment.snapshots_kept)
@@ -245,17 +249,17 @@ def _pinned_tables_and_stats(spark: SparkSession, config: SolarisConfig, as_of: 
     log.info("publish at %s: checking servable rows of %s at their current Delta versions", as_of,
              ", ".join(EMBEDDING_TABLES))
     for name in EMBEDDING_TABLES:
-        path = config.table_path(name)
-        if table_exists(spark, path):
-            tables[name] = _pinned(spark, path)
-    neighbors_path = config.table_path("user_neighbors")
-    if not table_exists(spark, neighbors_path):
-        raise JobInputError(f"no user_neighbors at {neighbors_path}: run `solaris knn` first")
-    neighbors = _pinned(spark, neighbors_path)
-    stats = _servable_stats_on_driver(dict(tables), neighbors, as_of, dim, config.spark.driver_max_rows)
+        table = Table.of(spark, config, name)
+        if table.exists():
+            tables[name] = _pinned(spark, table.path)
+    neighbors_table = Table.of(spark, config, "user_neighbors")
+    if not neighbors_table.exists():
+        raise JobInputError(f"no user_neighbors at {neighbors_table.path}: run `solaris knn` first")
+    neighbors = _pinned(spark, neighbors_table.path)
+    stats = _servable_stats_on_driver(dict(tables), neighbors, as_of, dim, config.storage)
     if stats is None:
         # the known users at the version the manifest pins, like every tier table
-        known = spark.read.format("delta").option("versionAsOf", neighbors.version).load(neighbors.path)
+        known = neighbors_table.scan(neighbors.version)
         stats = _servable_stats(spark, dict(tables), known.select("user_id"), as_of, dim)
     tables["user_neighbors"] = neighbors
     return tables, stats

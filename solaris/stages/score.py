@@ -18,7 +18,7 @@ For the run at ``--as-of t``:
    and refreshes its TTL; rerunning the same run id changes nothing. The same rows are appended
    to ``pair_embeddings_log`` (per-run replace), the history the 24 h user aggregates read. Both
    writes go through the driver with ``deltalake`` when the rows fit
-   (``spark.driver_max_rows``; why: ``solaris.storage.tables.driver_rows``), else through Spark.
+   (``storage.driver_max_rows``; why: ``solaris.storage.engine.choose_engine``), else through Spark.
 
     solaris score --as-of 2000-12-01T00:00:00Z
 """
@@ -35,7 +35,6 @@ from solaris.precompute.speculation import effective_threshold, locate_rank, wri
 from solaris.runtime import JobInputError
 from solaris.storage.audit import RunRecord, write_quarantine
 from solaris.storage.table import Table
-from solaris.storage.tables import newest_logged, run_rows, table_exists
 from solaris.storage.validity import expires_at_column
 from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
@@ -89,11 +88,11 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     _, verifier_meta = load_checkpoint(verifier_dir, "vm")
     record = RunRecord(run_id=run_id, job="score", as_of=as_of)
 
-    candidates_path = config.table_path("candidates")
-    if not table_exists(spark, candidates_path):
-        raise JobInputError(f"no candidates table at {candidates_path}: run `solaris candidates` first")
-    candidates = spark.read.format("delta").load(candidates_path).where(F.col("run_id") == run_id)
-    refuse_trimmed_run(config, candidates_path, candidates, run_id, as_of)
+    stored = Table.of(spark, config, "candidates")
+    if not stored.exists():
+        raise JobInputError(f"no candidates table at {stored.path}: run `solaris candidates` first")
+    candidates = stored.scan().where(F.col("run_id") == run_id)
+    refuse_trimmed_run(config, stored, candidates, run_id, as_of)
     verifier = _effective_verifier(spark, config, candidates, run_id)
     rule = verifier.rule
     persisted: list[DataFrame] = []  # unpersisted whatever happens
@@ -155,7 +154,7 @@ def _effective_verifier(spark: SparkSession, config: SolarisConfig, candidates: 
     """The configured verifier, or the relevance rule when the request rule has no request scores to read."""
     verifier = config.precompute.verifier
     if verifier.rule == "request" and ("request_score" not in candidates.columns or not _has_values(
-            spark, config.table_path("candidates"), run_id, "request_score")):
+            Table.of(spark, config, "candidates"), run_id, "request_score")):
         # candidates written without a request model (no speculator trained yet): the relevance rule,
         # with its own threshold and top-k
         log.warning("run %s: no request scores in the candidates (no speculator checkpoint at or before the "
@@ -189,7 +188,7 @@ def scored_pairs(spark: SparkSession, config: SolarisConfig, candidates: DataFra
     )
 
 
-def refuse_trimmed_run(config: SolarisConfig, candidates_path: str, candidates: DataFrame, run_id: str,
+def refuse_trimmed_run(config: SolarisConfig, stored: Table, candidates: DataFrame, run_id: str,
                        as_of: datetime) -> None:
     """Refuse to score a run whose candidates the retention has deleted, instead of writing nothing.
 
@@ -197,7 +196,7 @@ def refuse_trimmed_run(config: SolarisConfig, candidates_path: str, candidates: 
     task later than that finds no rows for its run, and scoring nothing would look like a quiet hour.
     A run is taken as trimmed when it has no candidates and the table already holds a run that much
     later (from the log's statistics, no Spark job in the usual case of the newest run)."""
-    newest = newest_logged(candidates_path, "as_of")
+    newest = stored.log.newest("as_of")
     window = timedelta(hours=config.retention.candidates_hours)
     if newest is None or newest - as_of < window or not candidates.isEmpty():
         return
@@ -244,10 +243,10 @@ def write_pairs(spark: SparkSession, config: SolarisConfig, verified: DataFrame,
     return n_verified, n_quarantined
 
 
-def _has_values(spark: SparkSession, path: str, run_id: str, column: str) -> bool:
-    """Whether any of the run's rows in the table at ``path`` has a non-null ``column`` (read from
-    the run's files on the driver: :func:`solaris.storage.tables.run_rows`)."""
-    values = run_rows(spark, path, run_id, (column,)).column(column)
+def _has_values(table: Table, run_id: str, column: str) -> bool:
+    """Whether any of the run's rows in ``table`` has a non-null ``column`` (read from the run's files
+    on the driver: :meth:`Table.run_rows`)."""
+    values = table.run_rows(run_id, (column,)).column(column)
     return len(values) > values.null_count
 
 

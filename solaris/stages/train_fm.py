@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from solaris.models.checkpoint import save_checkpoint
 from solaris.models.training import EventArrays, train_fm, training_metadata
 from solaris.storage.audit import RunRecord
-from solaris.storage.tables import training_events
+from solaris.storage.events import Events
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
@@ -33,7 +33,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
         device: str | torch.device) -> tuple[Path, dict[str, float]]:
     """Train on the events up to ``as_of``, save the checkpoint under ``output``; its folder and validation."""
     record = RunRecord(run_id=run_id, job="train_fm", as_of=as_of)
-    events = EventArrays.from_frame(training_events(spark, config, as_of))
+    events = EventArrays.from_frame(Events.of(spark, config).training(as_of))
     log.info("training FM on %d events (%d users) up to %s on %s", len(events), len(set(events.user_id)), as_of,
              device)
     result = train_fm(events, config, seed, device=device)

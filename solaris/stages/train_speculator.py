@@ -23,6 +23,7 @@ from solaris.precompute.speculator_store import load_speculator, save_speculator
 from solaris.runtime import JobInputError
 from solaris.stages.candidates import prepare_views
 from solaris.storage.audit import RunRecord
+from solaris.storage.events import Events
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
@@ -39,8 +40,8 @@ def requesters_per_hour(spark: SparkSession, config: SolarisConfig, start: datet
     """Distinct users with an event in ``(t, t + 1h]`` for every hourly ``t`` in ``[start, end)``."""
     from pyspark.sql import functions as F
 
-    events = spark.read.format("delta").load(config.table_path("events"))
-    rows = (events.where((F.col("ts") > F.lit(start)) & (F.col("ts") <= F.lit(end + timedelta(hours=1))))
+    events = Events.of(spark, config).window(since=start, until=end + timedelta(hours=1))
+    rows = (events
             .select("user_id", F.date_trunc("hour", F.col("ts") - F.expr("INTERVAL 1 MICROSECOND")).alias("tick"))
             .where(F.col("tick") < F.lit(end))
             .groupBy("tick").agg(F.countDistinct("user_id").alias("n")).collect())
@@ -54,8 +55,7 @@ def labelled_features(spark: SparkSession, config: SolarisConfig, tick: datetime
 
     pre = config.precompute
     prepared = prepare_views(spark, config, tick, None)
-    events = spark.read.format("delta").load(config.table_path("events"))
-    later = events.where((F.col("ts") > F.lit(tick)) & (F.col("ts") <= F.lit(tick + timedelta(hours=pre.ttl_hours))))
+    later = Events.of(spark, config).window(since=tick, until=tick + timedelta(hours=pre.ttl_hours))
     labels = later.groupBy("user_id", "item_id").agg(
         F.max(F.col("ts") <= F.lit(tick + timedelta(hours=pre.horizon_hours))).alias("in_horizon"))
     rows = (spark.table("features").join(labels, ["user_id", "item_id"], "left")

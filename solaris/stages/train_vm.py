@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, cast
 from solaris.models.checkpoint import load_checkpoint, save_checkpoint
 from solaris.models.training import EventArrays, distillation_teacher_logits, train_vm, training_metadata
 from solaris.storage.audit import RunRecord
-from solaris.storage.tables import training_events
+from solaris.storage.events import Events
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
@@ -47,7 +47,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     """Train ``variant`` on the events up to ``as_of`` (with ``teacher``'s soft labels when given), save the
     checkpoint under ``output``; its folder and validation."""
     record = RunRecord(run_id=run_id, job=f"train_vm_{variant}", as_of=as_of)
-    events = EventArrays.from_frame(training_events(spark, config, as_of))
+    events = EventArrays.from_frame(Events.of(spark, config).training(as_of))
     features = events.features(config.model.history_length)
     teacher_logits, teacher_info = None, dict[str, object]()
     if teacher is not None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from solaris.enrichment.window_means import write_window_means
 from solaris.storage.audit import RunRecord
-from solaris.storage.tables import table_exists
+from solaris.storage.table import Table
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
@@ -48,7 +48,7 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     enrichment = config.enrichment
     record = RunRecord(run_id=run_id, job="user_aggregates", as_of=as_of)
     log_path = config.table_path("pair_embeddings_log")
-    if not table_exists(spark, log_path):
+    if not Table.of(spark, config, "pair_embeddings_log").exists():
         log.warning("no pair_embeddings_log yet at %s: no user aggregates", log_path)
         record.write(spark, config, "success", tick)
         return UserAggregatesResult(users=0, pairs=0, window_start=None)

@@ -2,8 +2,9 @@
 
 Both go through :class:`solaris.storage.table.Table` like every other table: ``quarantine`` is
 replaced per (source table, run) by its ``replace_where`` rule, ``runs`` is an ``upsert`` on
-``(run_id, job)`` of rows built on the driver. What is here is only what those rows are:
-:class:`RunRecord`, the row a job fills in as it goes, and the quarantine row of a rejected input.
+``(run_id, job)`` of rows built on the driver. Here: :class:`RunRecord`, the row a job fills in as
+it goes; :class:`RunsLog`, the audit log's writes and the reads of it (the runs a replay has done);
+and the quarantine row of a rejected input.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from solaris.config import SolarisConfig
-from solaris.storage.table import Table
-from solaris.storage.tables import _sql_str, may_hold
+from solaris.storage.engine import sql_str
+from solaris.storage.table import SparkSource, Table
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -49,12 +50,12 @@ def write_quarantine(
         F.col("seen_at").cast("timestamp"),
         F.to_date("seen_at").alias("run_date"),
     )
-    predicate = f"source_table = '{_sql_str(source_table)}' AND run_id = '{_sql_str(run_id)}'"
+    predicate = f"source_table = '{sql_str(source_table)}' AND run_id = '{sql_str(run_id)}'"
     table = Table.of(spark, config, "quarantine")
     if (
         n_rejected == 0
         and table.exists()
-        and (not may_hold(table.path, "run_id", run_id) or not table.any_rows(predicate))
+        and (not table.log.may_hold("run_id", run_id) or not table.any_rows(predicate))
     ):
         return  # same content as an empty replacement, without the commit (nor, usually, a Spark job)
     table.replace_where(rows, predicate)
@@ -80,18 +81,48 @@ def _runs_schema() -> StructType:
     )
 
 
-def write_runs(spark: "SparkSession", config: SolarisConfig, rows: list[tuple]) -> None:
-    """Upsert ``rows`` on their ``(run_id, job)`` key in one commit (``runs``' rule, :meth:`Table.upsert_rows`).
+@dataclass(frozen=True)
+class RunsLog:
+    """The ``runs`` audit log: one row per (run, job), upserted on that key.
 
-    Why rows built on the driver and written with ``deltalake``: a handful of rows, written by every
-    stage run on its own (each spark-submit, each Airflow task) and once per in-process tick. Spark's
-    replaceWhere costs a snapshot rebuild, a scan for the files holding the keys and a write - Spark
-    jobs and planning worth about a second in a warm session, more in a fresh one; ``deltalake``'s
-    predicate overwrite does the same on the log and files in milliseconds, with the same guarantees.
+    Contract: :meth:`write` upserts rows in one commit (a rerun's row replaces the earlier one);
+    :meth:`succeeded` says which of some runs finished a job; :meth:`frame` is the log as a Spark plan.
+
+    >>> runs = RunsLog.of(spark, config)
+    >>> runs.write([record_row])
+    >>> runs.succeeded("hit_rate", {"precompute-20001201T000000Z"})
     """
-    latest = list({(row[0], row[1]): row for row in rows}.values())  # a stage redone in the block: its last row wins
-    Table.of(spark, config, "runs").upsert_rows(_arrow_rows(latest, _runs_schema()),
-                                               lambda: spark.createDataFrame(latest, _runs_schema()))
+
+    table: Table
+
+    @classmethod
+    def of(cls, spark: SparkSource, config: SolarisConfig) -> RunsLog:
+        return cls(Table.of(spark, config, "runs"))
+
+    def write(self, rows: list[tuple]) -> None:
+        """Upsert ``rows`` on their ``(run_id, job)`` key in one commit (:meth:`Table.upsert_rows`).
+
+        Why rows built on the driver and written with ``deltalake``: a handful of rows, written by every
+        stage run on its own (each spark-submit, each Airflow task) and once per in-process tick. Spark's
+        replaceWhere costs a snapshot rebuild, a scan for the files holding the keys and a write - Spark
+        jobs and planning worth about a second in a warm session, more in a fresh one; ``deltalake``'s
+        predicate overwrite does the same on the log and files in milliseconds, with the same guarantees.
+        """
+        # a stage redone in the block: its last row wins
+        latest = list({(row[0], row[1]): row for row in rows}.values())
+        self.table.upsert_rows(_arrow_rows(latest, _runs_schema()),
+                               lambda: self.table.session().createDataFrame(latest, _runs_schema()))
+
+    def succeeded(self, job: str, wanted: set[str]) -> set[str]:
+        """The runs of ``wanted`` with a ``success`` row for ``job`` (none before the first write)."""
+        if not self.table.exists():
+            return set()
+        rows = self.table.rows(["run_id"], equal={"job": job, "status": "success"})
+        return set(rows.column("run_id").to_pylist()) & wanted
+
+    def frame(self) -> DataFrame:
+        """The log as a lazy Spark frame (reports filter and aggregate it)."""
+        return self.table.scan()
 
 
 def _arrow_rows(rows: list[tuple], schema: StructType) -> Any:
@@ -147,6 +178,6 @@ class RunRecord:
         if tick is not None and tick.audit is not None:
             tick.audit.append(row)
         else:
-            write_runs(spark, config, [row])
+            RunsLog.of(spark, config).write([row])
 
 

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from solaris.storage.audit import RunRecord
-from solaris.storage.tables import table_exists, table_version
+from solaris.storage.table import Table
 
 AS_OF = datetime(2026, 1, 10, 12, 0, tzinfo=timezone.utc)
 
@@ -24,23 +24,23 @@ def test_a_tick_writes_every_audit_row_in_one_commit_also_when_a_stage_fails(spa
             RunRecord(run_id="r1", job="candidates", as_of=None, rows_out=5).write(spark, config, "success", tick)
             first = RunRecord(run_id="r1", job="score", as_of=None, rows_out=1)
             first.write(spark, config, "success", tick)
-            assert not table_exists(spark, path)  # held back until the block ends
+            assert not Table.at(path, spark=spark).exists()  # held back until the block ends
             RunRecord(run_id="r1", job="score", as_of=None, rows_out=2).write(spark, config, "refused", tick)
             raise RuntimeError("stage failed")
     rows = {(r.run_id, r.job): (r.status, r.rows_out) for r in spark.read.format("delta").load(path).collect()}
     assert rows == {("r1", "candidates"): ("success", 5), ("r1", "score"): ("refused", 2)}  # the last row of a job wins
-    assert table_version(spark, path) == 1  # created empty (version 0), then the block's rows: one commit
+    assert Table.at(path).version() == 1  # created empty (version 0), then the block's rows: one commit
     assert tick.frames == {}  # the tick's events were released too
 
     RunRecord(run_id="r2", job="candidates", as_of=None).write(spark, config, "success")  # outside a block: at once
-    assert table_version(spark, path) == 2
+    assert Table.at(path).version() == 2
     # a rerun's row replaces the earlier one of its (run_id, job), the other keys are untouched
     RunRecord(run_id="r1", job="score", as_of=None, rows_out=7).write(spark, config, "success")
     rows = sorted((r.run_id, r.job, r.status, r.rows_out) for r in spark.read.format("delta").load(path).collect())
     assert rows == [("r1", "candidates", "success", 5), ("r1", "score", "success", 7),
                     ("r2", "candidates", "success", 0)]
-    assert table_version(spark, path) == 3
-    assert table_version(spark, config.table_path("events")) == 0  # the test's own events: the audit wrote none
+    assert Table.at(path).version() == 3
+    assert Table.of(spark, config, "events").version() == 0  # the test's own events: the audit wrote none
 
 
 def _write_rounds(warehouse: str, writer: str, rounds: int, barrier) -> None:
@@ -75,7 +75,7 @@ def test_two_processes_writing_the_same_keys_at_once_leave_one_row_per_key(spark
 
 
 def test_the_audit_falls_back_to_spark_when_deltalake_cannot_write_the_table(spark, make_config, monkeypatch):
-    from solaris.storage import tables
+    from solaris.storage.driver_engine import DriverEngine
 
     config = make_config()
     RunRecord(run_id="r1", job="score", as_of=None, rows_out=1).write(spark, config, "success")
@@ -83,7 +83,7 @@ def test_the_audit_falls_back_to_spark_when_deltalake_cannot_write_the_table(spa
     def refuse(*args):
         raise NotImplementedError("a table feature this writer lacks")
 
-    monkeypatch.setattr(tables, "_overwrite_with_deltalake", refuse)
+    monkeypatch.setattr(DriverEngine, "replace", staticmethod(refuse))
     RunRecord(run_id="r1", job="score", as_of=None, rows_out=2).write(spark, config, "success")  # a rerun
     RunRecord(run_id="r2", job="score", as_of=None, rows_out=3).write(spark, config, "success")
     rows = sorted((r.run_id, r.rows_out) for r in spark.read.format("delta").load(config.table_path("runs")).collect())
@@ -94,18 +94,19 @@ def test_deltalake_writes_into_a_runs_table_spark_created(spark, make_config, mo
     """Warehouses from before the audit moved to deltalake hold a `runs` table Spark created."""
     from datetime import datetime, timezone
 
-    from solaris.storage import audit, tables
+    from solaris.storage import audit
+    from solaris.storage.spark_engine import SparkEngine
 
     config = make_config()
     path = config.table_path("runs")
     now = datetime(2000, 12, 1, tzinfo=timezone.utc)
     old_row = ("r0", "score", now, now, now, 1, 1, 0, "success", {"pair_embeddings": 3}, "{}")
-    tables.replace_where(spark.createDataFrame([old_row], audit._runs_schema()), path, "run_id = 'r0'")
+    SparkEngine(spark).replace_where(spark.createDataFrame([old_row], audit._runs_schema()), path, "run_id = 'r0'")
 
     def no_spark(*args, **kwargs):
         raise AssertionError("deltalake refused a Spark-created runs table")
 
-    monkeypatch.setattr(tables, "replace_where", no_spark)
+    monkeypatch.setattr(SparkEngine, "replace_where", no_spark)
     RunRecord(run_id="r1", job="score", as_of=now, rows_out=2, table_versions={"pair_embeddings": 4}).write(
         spark, config, "success")
     RunRecord(run_id="r0", job="score", as_of=now, rows_out=5).write(spark, config, "success")  # a rerun of r0

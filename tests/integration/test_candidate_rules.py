@@ -236,7 +236,7 @@ def test_a_period_s_item_statistics_are_stored_once_and_read_by_runs_in_other_se
     from delta.tables import DeltaTable
 
     from solaris.stages import candidates
-    from solaris.storage.tables import stored_partitions, table_version
+    from solaris.storage.table import Table
 
     config = make_config()
     _events(spark, config, [(2, 10, 30), (2, 11, 29), (3, 10, 1), (5, 12, 2), (5, 13, 1)])
@@ -244,13 +244,13 @@ def test_a_period_s_item_statistics_are_stored_once_and_read_by_runs_in_other_se
     path = config.table_path("item_statistics")
     candidates._ITEM_STATS.clear()
     first = _pairs(spark, config, **daily)
-    keys = stored_partitions(path, "stats_key")
-    assert {key.split("-")[0] for key in keys} == {"item_cooc", "item_next"} and table_version(spark, path) == 0
+    keys = Table.at(path).log.partitions("stats_key")
+    assert {key.split("-")[0] for key in keys} == {"item_cooc", "item_next"} and Table.at(path).version() == 0
     assert (3, 11) in first and "cooc" in first[(3, 11)]["source"]
 
     candidates._ITEM_STATS.clear()  # another process, the same period: reads them, stores nothing
     assert _pairs(spark, config, **daily) == first
-    assert table_version(spark, path) == 0
+    assert Table.at(path).version() == 0
 
     # what it reads is the stored rows: a stored co-occurrence (10 -> 77) reaches user 3's candidates
     cooc_key = next(key for key in keys if key.startswith("item_cooc"))
@@ -260,9 +260,9 @@ def test_a_period_s_item_statistics_are_stored_once_and_read_by_runs_in_other_se
 
     candidates._ITEM_STATS.clear()  # other settings, other statistics: computed and stored beside
     assert (3, 77) not in _pairs(spark, config, **daily, cooc_neighbors=5)
-    assert len(stored_partitions(path, "stats_key")) == 3
+    assert len(Table.at(path).log.partitions("stats_key")) == 3
 
     candidates._ITEM_STATS.clear()  # eight days later: this period stored, the ones > 7 days older dropped
     _pairs(spark, config, as_of=AS_OF + timedelta(days=8), **daily)
-    later = stored_partitions(path, "stats_key")
+    later = Table.at(path).log.partitions("stats_key")
     assert len(later) == 2 and all("-20260118T000000Z-" in key for key in later)

@@ -194,22 +194,23 @@ def test_neighbour_pair_tier_serves_the_neighbours_pairs_of_the_requested_item(s
 def test_publish_checks_small_tier_tables_on_the_driver_as_spark_does(spark, replayed):
     """The gate's figures from deltalake + pyarrow equal those of publish's Spark action, and the
     bound sends larger tables to Spark."""
+    from solaris.config import StorageConfig
     from solaris.stages.publish import EMBEDDING_TABLES, _pinned, _servable_stats, _servable_stats_on_driver
-    from solaris.storage.tables import table_exists
+    from solaris.storage.table import Table
 
     config, _ = replayed
     as_of = T0 + timedelta(hours=2)
     pinned = {name: _pinned(spark, config.table_path(name)) for name in EMBEDDING_TABLES
-              if table_exists(spark, config.table_path(name))}
+              if Table.of(spark, config, name).exists()}
     neighbors = _pinned(spark, config.table_path("user_neighbors"))
     dim = config.model.embedding_dim
-    on_driver = _servable_stats_on_driver(pinned, neighbors, as_of, dim, max_rows=10**6)
+    on_driver = _servable_stats_on_driver(pinned, neighbors, as_of, dim, StorageConfig(driver_max_rows=10**6))
     known = spark.read.format("delta").option("versionAsOf", neighbors.version).load(neighbors.path).select("user_id")
     assert on_driver == _servable_stats(spark, pinned, known, as_of, dim)
     assert len(pinned) == 5 and on_driver.users_covered > 0 and on_driver.rows["pair_embeddings"] > 0
     assert on_driver.fm_versions
-    assert _servable_stats_on_driver(pinned, neighbors, as_of, dim, max_rows=10) is None
-    assert _servable_stats_on_driver(pinned, neighbors, as_of, dim, max_rows=0) is None
+    assert _servable_stats_on_driver(pinned, neighbors, as_of, dim, StorageConfig(driver_max_rows=10)) is None
+    assert _servable_stats_on_driver(pinned, neighbors, as_of, dim, StorageConfig(driver_max_rows=0)) is None
 
 
 def test_publish_gate_refuses_nan_embeddings_and_keeps_latest(spark, replayed, monkeypatch):
@@ -235,7 +236,7 @@ def test_publish_gate_refuses_nan_embeddings_and_keeps_latest(spark, replayed, m
     )
     poison_user = int(bad.first()["user_id"])
     bad.write.format("delta").mode("append").save(path)
-    with_spark = config.model_copy(update={"spark": config.spark.model_copy(update={"driver_max_rows": 0})})
+    with_spark = config.model_copy(update={"storage": config.storage.model_copy(update={"driver_max_rows": 0})})
     spark_check = publish._servable_stats
     for checked_by in (config, with_spark):  # the gate on the driver (small tables), then with Spark
         with monkeypatch.context() as patched:

@@ -152,12 +152,11 @@ def test_the_evaluation_reads_the_events_without_spark_as_spark_would(spark, tem
     """The evaluation's driver read of the events (deltalake) gives the frame Spark's read gives, row
     for row once sorted as the evaluation sorts them: same point-in-time cut, ts in whole seconds."""
     from solaris.models.training import EventArrays
-    from solaris.storage.tables import events_until, events_until_on_driver
+    from solaris.storage.events import Events
 
     def same(config, as_of) -> EventArrays:
-        on_driver = events_until_on_driver(config, as_of)
-        assert on_driver is not None
-        with_spark = EventArrays.from_frame(events_until(spark, config, as_of))
+        on_driver = Events.of(None, config).pandas(as_of)  # no session: the driver
+        with_spark = EventArrays.from_frame(Events.of(spark, config)._with_spark(as_of, None))
         without = EventArrays.from_frame(on_driver)
         for name in ("user_id", "item_id", "ts", "label", "feedback"):
             # bit-exact: the same stored values read two ways, no arithmetic
@@ -180,7 +179,7 @@ def test_the_evaluation_reads_the_events_without_spark_as_spark_would(spark, tem
     assert sorted(zip(cut.user_id.tolist(), cut.ts.tolist())) == [(1, seconds), (2, seconds - 1), (3, seconds - 1)]
     assert cut.feedback is not None and sorted(zip(cut.user_id.tolist(), cut.feedback.tolist())) == [(1, 1), (2, 5),
                                                                                                      (3, 5)]
-    assert events_until_on_driver(_config(tmp_path / "no-such-warehouse"), T0) is None
+    assert Events.of(None, _config(tmp_path / "no-such-warehouse"))._on_driver(T0, None) is None
 
 
 def test_shuffled_labels_in_the_scored_window_give_chance_auc_for_every_variant(spark, first_run, tmp_path, caplog):

@@ -15,7 +15,7 @@ from solaris.ingest.sources import ColumnMap, SourceError, resolve_source
 from solaris.jobs import ingest as ingest_job
 from solaris.runtime import EXIT_OK, EXIT_WOULD_QUARANTINE, JobInputError
 from solaris.stages.ingest import ingest
-from solaris.storage.tables import table_version
+from solaris.storage.table import Table
 from tests.conftest import TEST_OVERRIDES, table_checksum
 from tests.world import set_args
 
@@ -320,7 +320,7 @@ def _cli(config, *args):
 
 
 def _versions(spark, config):
-    return {name: table_version(spark, config.table_path(name)) for name in ("events", "quarantine", "id_map", "runs")}
+    return {name: Table.of(spark, config, name).version() for name in ("events", "quarantine", "id_map", "runs")}
 
 
 def test_validate_only_reports_and_writes_nothing(spark, make_config, tmp_path, capsys):

@@ -159,11 +159,11 @@ def test_spark_top_k_per_user_keeps_what_the_numpy_rule_keeps(spark, world_templ
 
 
 def test_spark_sql_view_decodes_embeddings(spark, world):
-    from solaris.storage.tables import register_decoded_view
+    from solaris.storage.table import Table
 
     config = world
     rows = (
-        register_decoded_view(spark, config.table_path("pair_embeddings"))
+        Table.of(spark, config, "pair_embeddings").decoded_view()
         .select("embedding", "embedding_array")
         .limit(50)
         .collect()

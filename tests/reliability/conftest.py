@@ -52,10 +52,10 @@ def fresh_world(world_template, served_template, pending_template, tmp_path):
 
 
 def checksums(spark, config, names=CYCLE_TABLES) -> dict:
-    from solaris.storage.tables import table_exists
+    from solaris.storage.table import Table
 
     return {
-        name: table_checksum(config.table_path(name)) if table_exists(spark, config.table_path(name)) else None
+        name: table_checksum(config.table_path(name)) if Table.of(spark, config, name).exists() else None
         for name in names
     }
 

@@ -20,14 +20,14 @@ import pytest
 from solaris.ingest.sources import resolve_source
 from solaris.stages.ingest import ingest
 from solaris.storage.embedding_codec import decode
-from solaris.storage.tables import table_version
+from solaris.storage.table import Table
 from tests.reliability.conftest import T0, hours, run_cycle, run_solaris, world_config
 
 TABLES = ("events", "quarantine", "candidates", "pair_embeddings", "pair_embeddings_log", "runs")
 
 
 def _versions(spark, config) -> dict:
-    return {name: table_version(spark, config.table_path(name)) for name in TABLES}
+    return {name: Table.of(spark, config, name).version() for name in TABLES}
 
 
 def test_bad_rows_are_quarantined_next_to_good_rows(spark, fresh_world, tmp_path):

@@ -6,7 +6,7 @@ item) keys into the same tables. Each hour's candidates are written first, in th
 cold JVM each.
 
 Delta's optimistic concurrency makes one of the commits fail when both touch the same table; every
-write of the pipeline retries on that conflict (``solaris.storage.tables.with_commit_retry``), and MERGE
+write of the pipeline retries on that conflict (``solaris.storage.engine.with_commit_retry``), and MERGE
 keeps the row with the later ``computed_at`` whatever the commit order. So the final tables must
 equal those of the same two runs done one after the other - no lost update, no duplicate.
 (Scheduled runs are also serialised by Airflow: ``max_active_runs=1`` on the precompute DAG.)
@@ -70,7 +70,7 @@ def test_a_commit_that_loses_the_race_is_retried_and_neither_write_is_lost(spark
     (a real Delta conflict error), ``with_commit_retry`` redoes it on the new table state."""
     from delta.tables import DeltaTable
 
-    from solaris.storage.tables import merge_if_new_run
+    from solaris.storage.table import Table, WriteRule
 
     path, marker = str(tmp_path / "table"), str(tmp_path / "conflict-done")
     schema = "key long, value string, computed_at long, run_id string"
@@ -91,10 +91,10 @@ def test_a_commit_that_loses_the_race_is_retried_and_neither_write_is_lost(spark
         yield from batches
 
     updates = spark.createDataFrame([(k, "new", 2, "run-2") for k in range(5, 15)], schema).mapInPandas(source, schema)
-    logger, messages = logging.getLogger("solaris.storage.tables"), _Messages()
+    logger, messages = logging.getLogger("solaris.storage.engine"), _Messages()
     logger.addHandler(messages)
-    try:
-        merge_if_new_run(updates, path, keys=["key"])
+    try:  # rows=None: Spark's MERGE
+        Table.at(path, spark=spark, rule=WriteRule("merge_newer", keys=("key",))).write(updates, "run-2", rows=None)
     finally:
         logger.removeHandler(messages)
 

@@ -73,10 +73,10 @@ def test_sigkill_during_the_pair_embeddings_write_then_rerun(spark, fresh_world,
     manifest = latest_manifest_path(config.warehouse / "snapshots")
     served_before = _resolve(manifest, T0 + hours(1))
 
-    # Spark writes (spark.driver_max_rows=0): its MERGE writes files for seconds before it
+    # Spark writes (storage.driver_max_rows=0): its MERGE writes files for seconds before it
     # commits, a window a kill can hit; deltalake's writes of the same rows commit within milliseconds
     # of their files. The rerun below writes with the default, as the reference does.
-    job = _start(config, "score", "--as-of", as_of, "--set", "spark.driver_max_rows=0")
+    job = _start(config, "score", "--as-of", as_of, "--set", "storage.driver_max_rows=0")
     _kill_when(job, lambda: bool(_data_files(table) - files_before))  # MERGE is writing its files
 
     # The MERGE had not committed: its files are orphans that no reader lists.
@@ -113,9 +113,9 @@ def test_sigkill_during_publish_keeps_the_previous_snapshot_then_rerun(spark, fr
     previous_text = previous.read_text()
     as_of = t1.strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    # the gate checked by Spark (spark.driver_max_rows=0): seconds of Spark jobs after the log line, a
+    # the gate checked by Spark (storage.driver_max_rows=0): seconds of Spark jobs after the log line, a
     # window the kill hits; on the driver the same check takes milliseconds. The rerun uses the default.
-    job = _start(config, "publish", "--as-of", as_of, "--set", "spark.driver_max_rows=0")
+    job = _start(config, "publish", "--as-of", as_of, "--set", "storage.driver_max_rows=0")
     lines = []
 
     def checking() -> bool:  # the quality gate's Spark jobs are running

@@ -21,7 +21,7 @@ import pytest
 
 from solaris.serving.resolver import TIER_PAIR, load_tier
 from solaris.stages import expire as expire_job
-from solaris.storage.tables import merge_if_new_run
+from solaris.storage.table import WRITE_RULES, Table
 from solaris.timeutil import default_run_id
 from tests.reliability.conftest import T0
 
@@ -39,7 +39,8 @@ def _write(spark, path, rows):
         "verifier_version string, run_id string, source string, spec_score double, computed_at timestamp, "
         "expires_at timestamp",
     ).withColumn("expiry_bucket", F.date_trunc("hour", "expires_at"))
-    merge_if_new_run(frame, path, keys=["user_id", "item_id"], partition_by=["expiry_bucket"])
+    # rows=None: Spark's MERGE
+    Table.at(path, spark=spark, rule=WRITE_RULES["pair_embeddings"]).write(frame, "", rows=None)
 
 
 def _naive(moment):

@@ -13,7 +13,7 @@ from solaris import provenance
 from solaris.config import SolarisConfig, load_config
 from solaris.models.training import EventArrays, training_metadata
 from solaris.serving.snapshots import Manifest
-from solaris.storage.tables import table_digest
+from solaris.storage.delta_log import DeltaLog
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,12 +50,12 @@ def test_a_manifest_carries_its_provenance_and_older_manifests_still_load() -> N
 
 def test_a_table_digest_changes_with_the_tables_content_only(tmp_path: Path) -> None:
     path = str(tmp_path / "events")
-    assert table_digest(path) is None
+    assert DeltaLog(path).digest() is None
     write_deltalake(path, pa.table({"user_id": [1, 2]}))
-    first = table_digest(path)
-    assert first is not None and first == table_digest(path)
+    first = DeltaLog(path).digest()
+    assert first is not None and first == DeltaLog(path).digest()
     write_deltalake(path, pa.table({"user_id": [3]}), mode="append")
-    assert table_digest(path) != first
+    assert DeltaLog(path).digest() != first
 
 
 def test_a_checkpoint_records_the_digest_of_the_events_it_was_trained_on(tmp_path: Path) -> None:

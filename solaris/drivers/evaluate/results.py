@@ -23,6 +23,7 @@ from solaris.drivers.evaluate.windows import WindowRows
 from solaris.evaluation import protocol as evaluation
 from solaris.evaluation.protocol import HitRates, SeedResult, TickRow, cumulative_key
 from solaris.models.training import EventArrays
+from solaris.storage.audit import RunsLog
 from solaris.tiers import SERVING_ORDER
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,8 +62,7 @@ def _replay_figures(
     from pyspark.sql import functions as F
 
     runs: pd.DataFrame = (
-        spark.read.format("delta")
-        .load(cfg.table_path("runs"))
+        RunsLog.of(spark, cfg).frame()
         .where(F.col("status") == "success")
         .where(F.col("job").isin("hit_rate", "score", "knn"))
         .where((F.col("as_of") >= F.lit(window.fm_cutoff)) & (F.col("as_of") < F.lit(window.end)))

@@ -30,7 +30,7 @@ from solaris.models.training import EventArrays, predict
 from solaris.serving.resolver import load_snapshot
 from solaris.serving.snapshots import SNAPSHOTS_DIR
 from solaris.stages.train_speculator import speculator_for
-from solaris.storage.tables import table_exists
+from solaris.storage.table import Table
 from solaris.tiers import TIER_PAIR
 from solaris.timeutil import utc_stamp
 
@@ -147,9 +147,9 @@ def replay_window(
             log.info("replay settings changed (fingerprint %s -> %s): tables dropped, replaying", saved, fingerprint)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(json.dumps({"fingerprint": fingerprint, "t0": window.t0.isoformat()}))
-    target = seed_config.table_path("events")
-    if not table_exists(spark, target):
-        spark.read.format("delta").load(config.table_path("events")).write.format("delta").save(target)
+    target = Table.at(seed_config.table_path("events"), spark=spark)
+    if not target.exists():
+        target.append(Table.of(spark, config, "events").scan())
     ticks = window.ticks()
     cycles = replay.run(spark, seed_config, ticks[0], window.end, window.step_hours)
     return ReplayOutcome(seed_config.seed, len(ticks), len(cycles), cleared, time.monotonic() - started)

@@ -17,7 +17,7 @@ import numpy as np
 from solaris.evaluation import protocol as evaluation
 from solaris.models.training import EventArrays
 from solaris.runtime import JobInputError
-from solaris.storage.tables import events_until, events_until_on_driver, refuse_no_events
+from solaris.storage.events import Events
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -35,10 +35,7 @@ END_OF_TIME = datetime(9999, 12, 31, tzinfo=timezone.utc)  # read every event (w
 def read_events(spark: Callable[[], SparkSession], config: SolarisConfig, end: datetime) -> EventArrays:
     """Events up to ``end`` as driver arrays: read with deltalake, with Spark only when deltalake cannot
     (so a rerun whose seeds all have results never starts a JVM)."""
-    frame = events_until_on_driver(config, end)
-    if frame is None:
-        frame = events_until(spark(), config, end)
-    return EventArrays.from_frame(refuse_no_events(frame, config, end))
+    return EventArrays.from_frame(Events.of(spark, config).training(end))
 
 
 @dataclass(frozen=True)
