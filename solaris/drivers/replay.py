@@ -46,8 +46,12 @@ def _done_ticks(spark: SparkSession, config: SolarisConfig, wanted: set[str]) ->
 
 
 def run(spark: SparkSession, config: SolarisConfig, start: datetime, end: datetime, step_hours: float = 1.0,
-        force: bool = False) -> list[CycleResult]:
-    """Run :func:`solaris.pipeline.run_cycle` (with the replay measurements) at every tick."""
+        force: bool = False, *, vacuum: bool = True) -> list[CycleResult]:
+    """Run :func:`solaris.pipeline.run_cycle` (with the replay measurements) at every tick.
+
+    ``vacuum``: VACUUM once, at the last tick (Delta's 7-day guard stays on, so it removes only
+    files older than that: a warehouse replayed again weeks later).
+    """
     schedule = tick_schedule(start, end, step_hours)
     if not schedule:
         raise JobInputError(f"empty replay range [{start}, {end})")
@@ -60,7 +64,7 @@ def run(spark: SparkSession, config: SolarisConfig, start: datetime, end: dateti
                 log.info("tick %d/%d %s already done: skipped", index, len(schedule), tick)
                 continue
             log.info("tick %d/%d: %s", index, len(schedule), tick)
-            summary.append(run_cycle(spark, config, tick, measure=True, vacuum=(index == len(schedule))))
+            summary.append(run_cycle(spark, config, tick, measure=True, vacuum=vacuum and index == len(schedule)))
             report.advance(metric=tick_metric(summary[-1]))
     return summary
 

@@ -151,7 +151,8 @@ def replay_window(
     if not target.exists():
         target.append(Table.of(spark, config, "events").scan())
     ticks = window.ticks()
-    cycles = replay.run(spark, seed_config, ticks[0], window.end, window.step_hours)
+    # no VACUUM: under Delta's 7-day guard it would remove none of the files this replay wrote minutes ago
+    cycles = replay.run(spark, seed_config, ticks[0], window.end, window.step_hours, vacuum=False)
     return ReplayOutcome(seed_config.seed, len(ticks), len(cycles), cleared, time.monotonic() - started)
 
 
