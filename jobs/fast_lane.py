@@ -28,6 +28,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from solaris.pipeline import FastLaneResult, run_fast_lane
+from solaris.precompute.fast_lane import RUN_PREFIX
 from solaris.runtime import job_parser, run_stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,8 +49,6 @@ def _report(config: SolarisConfig, result: FastLaneResult) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from solaris.precompute.fast_lane import RUN_PREFIX
-
     return run_stage(
         build_parser(),
         argv,

@@ -17,6 +17,7 @@ from solaris.runtime import (
     run_job,
     setup_logging,
 )
+from solaris.spark import get_spark
 from solaris.stages import ingest as stage
 
 
@@ -53,8 +54,6 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level)
 
     def body() -> int:
-        from solaris.spark import get_spark
-
         now = datetime.now(timezone.utc)  # the wall clock, read once: the bound of "timestamp in the future"
         config = config_from_args(args)
         columns = ColumnMap(args.user_col, args.item_col, args.ts_col, args.rating_col or None, args.label_col or None)

@@ -8,6 +8,7 @@ import sys
 
 from solaris.drivers import replay as driver
 from solaris.runtime import add_common_args, as_of_arg, config_from_args, run_job, setup_logging
+from solaris.spark import get_spark
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,8 +28,6 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level)
 
     def body() -> None:
-        from solaris.spark import get_spark
-
         config = config_from_args(args)
         spark = get_spark(config, "replay")
         summary = driver.run(spark, config, args.start, args.end, args.step_hours, args.force)

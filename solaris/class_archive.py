@@ -24,6 +24,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from solaris.config import load_config
+from solaris.spark import get_spark
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     import pyarrow as pa
@@ -97,9 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="solaris/class_archive.py", description=__doc__.split("\n\n")[0])
     parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)sZ %(levelname)s %(name)s: %(message)s")
-    from solaris.config import load_config
-    from solaris.spark import get_spark
-
     folder = Path(tempfile.mkdtemp(prefix="solaris-class-archive-"))
     try:
         config = load_config(overrides=[f"warehouse={folder / 'warehouse'}", "spark.shuffle_partitions=2"])

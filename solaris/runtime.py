@@ -16,7 +16,8 @@ from typing import Callable
 
 from solaris.config import SolarisConfig, load_config
 from solaris.errors import RefusedError
-from solaris.timeutil import parse_utc
+from solaris.spark import get_spark
+from solaris.timeutil import default_run_id, parse_utc
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -123,9 +124,6 @@ def run_stage(parser: argparse.ArgumentParser, argv: list[str] | None, name: str
     setup_logging(args.log_level)
 
     def body() -> None:
-        from solaris.spark import get_spark
-        from solaris.timeutil import default_run_id
-
         config = config_from_args(args)
         spark = get_spark(config, name, one_stage=True)
         result = run(spark, config, args, args.run_id or default_run_id(run_prefix, args.as_of))

@@ -16,6 +16,7 @@ import glob
 import logging
 import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -236,8 +237,6 @@ def codegen_compilations(spark: "SparkSession") -> int:
 
 
 def _python() -> str:
-    import sys
-
     return sys.executable
 
 

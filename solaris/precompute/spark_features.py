@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Callable
 
 from solaris.storage.events import Events, rating_column
+from solaris.timeutil import window_micros
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -42,8 +43,6 @@ def within_hours(hours: float, column: str = "ts") -> Column:
     ``column`` stays alone on its side of the comparison: on uncached events ``tick_as_of`` is a
     constant, Spark folds the bound into a timestamp and the scan skips the files outside the window."""
     from pyspark.sql import functions as F
-
-    from solaris.timeutil import window_micros
 
     return F.col(column) > F.timestamp_micros(F.unix_micros(TICK_AS_OF) - F.lit(window_micros(hours)))
 

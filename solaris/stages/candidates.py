@@ -16,6 +16,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import reduce
 from typing import TYPE_CHECKING
 
 from solaris.precompute.spark_features import user_vectors, visible_events, within_hours
@@ -255,8 +256,6 @@ class _PeriodStatistics:
     def store(self) -> None:
         """Write the statistics this run computed, in one commit that also drops the periods older
         than ``item_stats_keep_days`` before this one (replacing this period's rows: idempotent)."""
-        from functools import reduce
-
         from pyspark.sql import functions as F
 
         if not self.computed:

@@ -28,7 +28,10 @@ distributed path.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -240,9 +243,6 @@ def _search_and_write(spark: SparkSession, config: SolarisConfig, index: _Cluste
 
 def _index_dir(config: SolarisConfig, fm_version: str) -> Path:
     """Folder of the stored IVF indexes of one FM version and one set of index settings."""
-    import hashlib
-    import json
-
     enrichment = config.enrichment
     settings = {"k": enrichment.knn_k, "clusters": enrichment.knn_clusters, "target": enrichment.knn_target_recall,
                 "sample": enrichment.knn_sample, "seed": config.seed, "dim": config.model.embedding_dim}
@@ -265,8 +265,6 @@ def _stored_indexes(directory: Path) -> list[tuple[float, int, Path]]:
 def _save_index(directory: Path, as_of: datetime, n_users: int, centroids: np.ndarray, nprobe: int,
                 sample_recall: float) -> None:
     """Store the centroids and nprobe trained at ``as_of`` (temporary file, then an atomic rename)."""
-    import os
-
     import numpy as np
 
     directory.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from solaris.precompute.speculation import FEATURES, Speculator, busiest_ticks, fit_logistic
@@ -131,8 +132,6 @@ def speculator_for(spark: SparkSession, config: SolarisConfig, target: SolarisCo
     with no requests in the week before it gets none (the stages then fall back to the hand blend
     and the relevance rule, and say so in their logs).
     """
-    from pathlib import Path
-
     if not uses_speculator(target):
         return None
     root = Path(target.resolve_under_warehouse(target.precompute.candidates.speculator_checkpoint))
