@@ -33,12 +33,12 @@ from solaris.storage.audit import RunRecord
 from solaris.storage.sql import literal
 from solaris.storage.table import Table
 from solaris.storage.validity import EXPIRES_AT, expired_predicate
+from solaris.tick import StepContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
     from solaris.config import SolarisConfig
-    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.expire")
 
@@ -149,8 +149,18 @@ def expire_pairs(spark: SparkSession, config: SolarisConfig, as_of: datetime, op
     return expired, pairs.row_count(), pairs.version()
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, optimize: bool = False,
-        vacuum: bool = True, *, tick: Tick | None = None) -> ExpireResult:
+@dataclass(frozen=True)
+class ExpireOptions:
+    """``optimize``: compact the live expiry buckets; ``vacuum``: VACUUM the trimmed tables at this run
+    (the job decides it by the hour, :func:`is_vacuum_hour`; a replay once, at its last tick)."""
+
+    optimize: bool = False
+    vacuum: bool = True
+
+
+def run(step: StepContext, *, options: ExpireOptions) -> ExpireResult:
+    spark, config, as_of, run_id, tick = step.spark, step.config, step.as_of, step.run_id, step.tick
+    optimize, vacuum = options.optimize, options.vacuum
     record = RunRecord(run_id=run_id, job="expire", as_of=as_of)
     expired, remaining, version = expire_pairs(spark, config, as_of, optimize, vacuum)
     trims = {rule.table: trim(spark, config, rule, as_of, vacuum) for rule in retention_rules(config)}
