@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from solaris.pipeline import HOURLY_JOBS
 from solaris.runtime import job_parser, run_stage
 from solaris.stages import expire as stage
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         "expire",
         "precompute",
         run=lambda step, args: stage.run(step, options=stage.ExpireOptions(
-            optimize=args.optimize,
+            hourly_jobs=HOURLY_JOBS, optimize=args.optimize,
             vacuum=(stage.is_vacuum_hour(step.as_of, step.config.precompute.vacuum_every_hours) if args.vacuum is None
                     else args.vacuum),
         )),

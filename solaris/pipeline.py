@@ -140,7 +140,7 @@ EXPIRE: Stage[ExpireOptions, ExpireResult] = Stage(
     doc="Delete rows with `expires_at <= as_of` and history past `retention.*`; VACUUM at the midnight run.",
     command="delete expired pair embeddings and history past retention; VACUUM at midnight",
     run=expire.run, options=ExpireOptions, result=ExpireResult,
-    options_from=lambda cycle: ExpireOptions(vacuum=cycle.vacuum))
+    options_from=lambda cycle: ExpireOptions(hourly_jobs=HOURLY_JOBS, vacuum=cycle.vacuum))
 USER_AGGREGATES: Stage[UserAggregatesOptions, UserAggregatesResult] = Stage(
     name="user_aggregates", half="enrichment", upstream=(),
     doc="Tier 3: 24 h mean of each user's pair embeddings.",
@@ -171,6 +171,10 @@ PRECOMPUTE: tuple[Stage[Any, Any], ...] = (CANDIDATES, SCORE, EXPIRE)
 ENRICHMENT: tuple[Stage[Any, Any], ...] = (USER_AGGREGATES, KNN, IMPUTE, ITEM_AGGREGATES, PUBLISH)
 CYCLE: tuple[Stage[Any, Any], ...] = PRECOMPUTE + ENRICHMENT
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in CYCLE)
+# The jobs of the hourly chain whose `runs` rows expire's retention trims: the stages, their
+# measurements and the fast lane (which writes its own row).
+HOURLY_JOBS: tuple[str, ...] = (
+    *STAGE_NAMES, *(measurement.name for stage in CYCLE for measurement in stage.measurements), "fast_lane")
 # The replay measurement whose success row in `runs` marks a replayed tick as done.
 LAST_MEASURE = COVERAGE.name
 

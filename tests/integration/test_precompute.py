@@ -10,6 +10,7 @@ import torch
 
 from solaris.models.checkpoint import load_checkpoint, save_checkpoint
 from solaris.models.training import EventArrays
+from solaris.pipeline import HOURLY_JOBS
 from solaris.stages import candidates as candidates_job
 from solaris.stages import expire as expire_job
 from solaris.stages import score as score_job
@@ -116,7 +117,7 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
     due = int((after["expires_at"] <= cutoff.replace(tzinfo=None)).sum())
     assert 0 < due < len(after)
     result = expire_job.run(StepContext(spark, config, cutoff, default_run_id("precompute", cutoff)),
-                            options=expire_job.ExpireOptions())
+                            options=expire_job.ExpireOptions(hourly_jobs=HOURLY_JOBS))
     remaining = _table(spark, config, "pair_embeddings").toPandas()
     assert result.expired == due and len(remaining) == len(after) - due
     assert (remaining["expires_at"] > cutoff.replace(tzinfo=None)).all()

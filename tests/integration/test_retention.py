@@ -16,7 +16,7 @@ from datetime import timedelta
 import pandas as pd
 import pytest
 
-from solaris.pipeline import run_ids
+from solaris.pipeline import HOURLY_JOBS, run_ids
 from solaris.runtime import JobInputError
 from solaris.stages import candidates as candidates_stage
 from solaris.stages import expire as expire_stage
@@ -65,7 +65,7 @@ def _oldest(config, name):
 
     rows = DeltaTable(config.table_path(name)).to_pandas()
     if name == "runs":
-        rows = rows[rows["job"].isin(expire_stage.HOURLY_JOBS)]
+        rows = rows[rows["job"].isin(HOURLY_JOBS)]
     oldest = rows[COLUMNS[name]].min()
     return (oldest if oldest is pd.NaT or oldest.tzinfo else oldest.tz_localize("UTC")), len(rows)
 
@@ -80,14 +80,14 @@ def test_expire_trims_to_the_retention_and_the_later_readers_see_no_difference(s
     tight, loose = scored_at_t1, world_config(loose_dir, *WINDOWS, *LOOSE)
 
     trimmed = expire_stage.run(StepContext(spark, tight, T1, ids["precompute"]),
-                               options=expire_stage.ExpireOptions(vacuum=True))
+                               options=expire_stage.ExpireOptions(hourly_jobs=HOURLY_JOBS, vacuum=True))
     untouched = expire_stage.run(StepContext(spark, loose, T1, ids["precompute"]),
-                                 options=expire_stage.ExpireOptions(vacuum=False))
+                                 options=expire_stage.ExpireOptions(hourly_jobs=HOURLY_JOBS, vacuum=False))
     # T0's candidates, log rows and hourly audit rows are past the tight retention; nothing is past the loose one
     assert trimmed.candidates.deleted > 0 and trimmed.pair_embeddings_log.deleted > 0 and trimmed.runs.deleted > 0
     assert trimmed.vacuumed and untouched.candidates.deleted == untouched.pair_embeddings_log.deleted == 0
     assert untouched.runs.deleted == 0
-    for rule in expire_stage.retention_rules(tight):
+    for rule in expire_stage.retention_rules(tight, HOURLY_JOBS):
         if rule.table == "quarantine" and not (tight.warehouse / "quarantine").exists():
             continue
         oldest, rows = _oldest(tight, rule.table)
@@ -103,7 +103,7 @@ def test_expire_trims_to_the_retention_and_the_later_readers_see_no_difference(s
     # a rerun of the hour's expire deletes nothing more and commits nothing to the trimmed tables
     versions = {name: DeltaTable(tight.table_path(name)).version() for name in ("candidates", "pair_embeddings_log")}
     again = expire_stage.run(StepContext(spark, tight, T1, ids["precompute"]),
-                             options=expire_stage.ExpireOptions(vacuum=False))
+                             options=expire_stage.ExpireOptions(hourly_jobs=HOURLY_JOBS, vacuum=False))
     assert (again.candidates.deleted, again.pair_embeddings_log.deleted, again.runs.deleted) == (0, 0, 0)
     assert versions == {name: DeltaTable(tight.table_path(name)).version() for name in versions}
 
