@@ -334,7 +334,18 @@ def main() -> None:
             "--conf spark.eventLog.compress=false --conf spark.eventLog.rolling.enabled=false pyspark-shell")
 
     from solaris.config import load_config
-    from solaris.pipeline import STAGE_NAMES, run_cycle, tick_schedule
+    from solaris.pipeline import (
+        CANDIDATES,
+        COVERAGE,
+        HIT_RATE,
+        IMPUTE,
+        KNN,
+        SCORE,
+        STAGE_NAMES,
+        USER_AGGREGATES,
+        run_cycle,
+        tick_schedule,
+    )
     from solaris.runtime import setup_logging
     from solaris.spark import get_spark
     from solaris.timeutil import parse_utc
@@ -346,7 +357,7 @@ def main() -> None:
     spark = get_spark(config, "bench-cycle")
     start = parse_utc(args.start)
     schedule = tick_schedule(start, start + timedelta(hours=args.step_hours * args.ticks), args.step_hours)
-    columns = [*STAGE_NAMES[:2], "hit_rate", *STAGE_NAMES[2:], "coverage", "runs_audit"]
+    columns = [*STAGE_NAMES[:2], HIT_RATE.name, *STAGE_NAMES[2:], COVERAGE.name, "runs_audit"]
     print("tick                  " + " ".join(f"{name[:10]:>10}" for name in columns) + "      total   pairs")
     rows = []
     for tick in schedule:
@@ -367,14 +378,16 @@ def main() -> None:
                                   for key in {key for counts in [other, *stages] for key in counts}}
         rows.append({"counts": counter.counts, "as_of": tick.isoformat(), "seconds": cycle.seconds,
                      "total": cycle.total_seconds, "observer_seconds": cycle.observer_seconds,
-                     "pairs": cycle.candidates.pairs, "written": cycle.score.written,
-                     "fm_scored": cycle.score.scored,
-                     "coverage_tiers1_3": cycle.coverage.cumulative(3), "requests": cycle.coverage.requests,
-                     "knn_recall": cycle.knn.recall, "aggregated_users": cycle.user_aggregates.users,
-                     "imputed": cycle.impute.imputed, "verified_hit_rate": cycle.hit_rate.verified.hit_rate,
+                     "pairs": cycle.require(CANDIDATES).pairs, "written": cycle.require(SCORE).written,
+                     "fm_scored": cycle.require(SCORE).scored,
+                     "coverage_tiers1_3": cycle.require(COVERAGE).cumulative(3),
+                     "requests": cycle.require(COVERAGE).requests, "knn_recall": cycle.require(KNN).recall,
+                     "aggregated_users": cycle.require(USER_AGGREGATES).users,
+                     "imputed": cycle.require(IMPUTE).imputed,
+                     "verified_hit_rate": cycle.require(HIT_RATE).verified.hit_rate,
                      "groups": counter.groups})
         print(f"{tick:%Y-%m-%d %H:%M}Z     " + " ".join(f"{cycle.seconds.get(name, 0.0):>10.1f}" for name in columns)
-              + f" {cycle.total_seconds:>10.1f} {cycle.candidates.pairs:>7,}", flush=True)
+              + f" {cycle.total_seconds:>10.1f} {cycle.require(CANDIDATES).pairs:>7,}", flush=True)
     medians = {name: statistics.median(row["seconds"].get(name, 0.0) for row in rows) for name in columns}
     median_tick = statistics.median(row["total"] for row in rows)
     median_pairs = statistics.median(row["pairs"] for row in rows)

@@ -54,7 +54,7 @@ def main() -> None:
     from cycle import prepare  # bench/cycle.py (this script's folder is on sys.path): the same work-warehouse copy
 
     from solaris.config import load_config
-    from solaris.pipeline import run_cycle, run_fast_lane, tick_schedule
+    from solaris.pipeline import PUBLISH, SCORE, run_cycle, run_fast_lane, tick_schedule
     from solaris.precompute.fast_lane import run_id
     from solaris.runtime import setup_logging
     from solaris.serving.resolver import load_snapshot
@@ -80,9 +80,8 @@ def main() -> None:
         started = time.perf_counter()
         cycle = run_cycle(spark, config, tick)
         hourly_seconds = time.perf_counter() - started
-        assert cycle.publish is not None
-        published.append((tick, cycle.publish.manifest, "hourly", hourly_seconds, []))
-        print(f"{tick:%Y-%m-%dT%H:%MZ} hourly: {hourly_seconds:.1f}s, {cycle.score.scored if cycle.score else 0} "
+        published.append((tick, cycle.require(PUBLISH).manifest, "hourly", hourly_seconds, []))
+        print(f"{tick:%Y-%m-%dT%H:%MZ} hourly: {hourly_seconds:.1f}s, {cycle.require(SCORE).scored} "
               f"FM pairs", flush=True)
         as_of = tick + interval
         while as_of < tick + timedelta(hours=1):

@@ -89,7 +89,7 @@ def build_models(root: Path, config) -> tuple[Path, Path]:
 def run_scale(spark_holder: dict, n_events: int, args, model_roots: tuple[Path, Path]) -> dict:
     from solaris.config import load_config
     from solaris.ingest.sources import resolve_source
-    from solaris.pipeline import run_cycle
+    from solaris.pipeline import CANDIDATES, KNN, SCORE, run_cycle
     from solaris.spark import get_spark
     from solaris.stages.ingest import ingest
 
@@ -124,8 +124,9 @@ def run_scale(spark_holder: dict, n_events: int, args, model_roots: tuple[Path, 
     with PeakMemory() as memory:
         cycle = run_cycle(spark, config, as_of)
     return {"events": n_events, "valid_events": result.rows_valid, "users": n_users, "ingest_seconds": ingest_seconds,
-            "pairs": cycle.candidates.pairs, "verified": cycle.score.verified, "stage_seconds": cycle.seconds,
-            "total_seconds": cycle.total_seconds, "peak_rss_gib": memory.gib, "knn_users": cycle.knn.users}
+            "pairs": cycle.require(CANDIDATES).pairs, "verified": cycle.require(SCORE).verified,
+            "stage_seconds": cycle.seconds, "total_seconds": cycle.total_seconds, "peak_rss_gib": memory.gib,
+            "knn_users": cycle.require(KNN).users}
 
 
 def main() -> None:

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from solaris.config import load_config
-    from solaris.pipeline import run_cycle, tick_schedule
+    from solaris.pipeline import CANDIDATES, EXPIRE, run_cycle, tick_schedule
     from solaris.runtime import setup_logging
     from solaris.spark import get_spark
     from solaris.stages.expire import is_vacuum_hour
@@ -109,9 +109,9 @@ def main(argv: list[str] | None = None) -> None:
         cycle = run_cycle(spark, config, tick, measure=True, vacuum=vacuum)
         seconds = time.perf_counter() - started
         sizes = {name: footprint(Path(config.table_path(name))) for name in TABLES}
-        expire = cycle.seconds.get("expire", 0.0)
+        expire = cycle.seconds.get(EXPIRE.name, 0.0)
         rows.append({"as_of": tick.isoformat(), "seconds": seconds, "expire_seconds": expire, "vacuumed": vacuum,
-                     "candidates_written": cycle.candidates.pairs if cycle.candidates else 0,
+                     "candidates_written": cycle.require(CANDIDATES).pairs,
                      "tables": {name: asdict(size) for name, size in sizes.items()}})
         print(f"{tick:%Y-%m-%d %H:%M}Z{seconds:>6.0f}{expire:>7.1f} {'yes' if vacuum else '':>3} " + " ".join(
             f"{f'{size.rows:,}/{mib(size.live_bytes)}/{mib(size.disk_bytes)}':>26}" for size in sizes.values()),

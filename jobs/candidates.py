@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         argv,
         "candidates",
         "precompute",
-        run=lambda spark, config, args, run_id: stage.run(spark, config, args.as_of, run_id),
+        run=lambda step, args: stage.run(step, options=stage.CandidatesOptions()),
         report=lambda config, result: (
             f"candidates: {config.table_path('candidates')} pairs={result.pairs} users={result.users}"
         ),

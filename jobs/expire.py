@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from solaris.pipeline import HOURLY_JOBS
 from solaris.runtime import job_parser, run_stage
 from solaris.stages import expire as stage
 
@@ -28,11 +29,11 @@ def main(argv: list[str] | None = None) -> int:
         argv,
         "expire",
         "precompute",
-        run=lambda spark, config, args, run_id: stage.run(
-            spark, config, args.as_of, run_id, args.optimize,
-            (stage.is_vacuum_hour(args.as_of, config.precompute.vacuum_every_hours) if args.vacuum is None
-             else args.vacuum),
-        ),
+        run=lambda step, args: stage.run(step, options=stage.ExpireOptions(
+            hourly_jobs=HOURLY_JOBS, optimize=args.optimize,
+            vacuum=(stage.is_vacuum_hour(step.as_of, step.config.precompute.vacuum_every_hours) if args.vacuum is None
+                    else args.vacuum),
+        )),
         report=lambda config, result: (
             f"expired={result.expired} from {config.table_path('pair_embeddings')}; trimmed "
             f"candidates={result.candidates.deleted} pair_embeddings_log={result.pair_embeddings_log.deleted} "

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         argv,
         "fast_lane",
         RUN_PREFIX,
-        run=lambda spark, config, args, run_id: run_fast_lane(spark, config, args.as_of, run_id),
+        run=lambda step, args: run_fast_lane(step.spark, step.config, step.as_of, step.run_id),
         report=_report,
     )
 

@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "hit-rate", "precompute",
-        run=lambda spark, config, args, run_id: stage.run(spark, config, args.as_of, run_id),
+        run=lambda step, args: stage.run(step, options=stage.HitRateOptions()),
         report=lambda config, result: (
             f"hit rate: candidates {stage.percent_text(result.candidates.hit_rate)}, "
             f"verified {stage.percent_text(result.verified.hit_rate)} of {result.requests} requests"

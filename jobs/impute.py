@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "impute", "enrichment",
-        run=lambda spark, config, args, run_id: stage.run(spark, config, args.as_of, run_id),
+        run=lambda step, args: stage.run(step, options=stage.ImputeOptions()),
         report=lambda config, result: (f"imputed_embeddings: {config.table_path('imputed_embeddings')} "
                                        f"imputed={result.imputed}"),
     )

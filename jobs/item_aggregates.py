@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "item-aggregates", "enrichment",
-        run=lambda spark, config, args, run_id: stage.run(spark, config, args.as_of, run_id),
+        run=lambda step, args: stage.run(step, options=stage.ItemAggregatesOptions()),
         report=lambda config, result: (f"item_embeddings: {config.table_path('item_embeddings')} items={result.items}; "
                                        f"imputed_item_embeddings: imputed={result.imputed_items}"),
     )

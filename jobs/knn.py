@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     return run_stage(
         build_parser(), argv, "knn", "enrichment",
-        run=lambda spark, config, args, run_id: stage.run(spark, config, args.as_of, run_id, args.fm),
+        run=lambda step, args: stage.run(step, options=stage.KnnOptions(fm_path=args.fm)),
         report=lambda config, result: (f"user_neighbors: {config.table_path('user_neighbors')} users={result.users} "
                                        f"recall@{result.k}={result.recall:.3f}"),
     )

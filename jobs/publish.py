@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         argv,
         "publish",
         "enrichment",
-        run=lambda spark, config, args, run_id: stage.run(spark, config, args.as_of, run_id),
+        run=lambda step, args: stage.run(step, options=stage.PublishOptions()),
         report=lambda config, result: f"snapshot: {result.manifest} coverage={result.coverage:.3f}",
     )
 

@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         argv,
         "score",
         "precompute",
-        run=lambda spark, config, args, run_id: stage.run(spark, config, args.as_of, run_id, args.fm, args.verifier),
+        run=lambda step, args: stage.run(
+            step, options=stage.ScoreOptions(fm_path=args.fm, verifier_path=args.verifier)),
         report=lambda config, result: (
             f"pair_embeddings: {config.table_path('pair_embeddings')} written={result.written} "
             f"verified={result.verified} candidates={result.candidates} quarantined={result.quarantined}"

@@ -9,21 +9,26 @@ from __future__ import annotations
 import importlib
 import sys
 
+from solaris.pipeline import CYCLE
+
+# the hourly stages' commands come from the stage list (each has jobs/<name>.py); a half's replay
+# measurements with an entry of their own (hit-rate) follow its stages
+STAGE_COMMANDS: dict[str, tuple[str, str]] = {
+    name.replace("_", "-"): (f"solaris.jobs.{name}", command)
+    for half in ("precompute", "enrichment")
+    for name, command in [*((stage.name, stage.command) for stage in CYCLE if stage.half == half),
+                          *((measurement.name, measurement.command) for stage in CYCLE if stage.half == half
+                            for measurement in stage.measurements)]
+    if command is not None
+}
+
 # sub-command -> (module with main(argv), one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("solaris.jobs.ingest", "load MovieLens / CSV / Parquet / synthetic data into the events table"),
     "train-fm": ("solaris.jobs.train_fm", "train the foundation model on events up to --as-of"),
     "train-vm": ("solaris.jobs.train_vm", "train a vertical model variant (baseline = the verifier)"),
     "train-speculator": ("solaris.jobs.train_speculator", "learn speculation blend + request verifier on past ticks"),
-    "candidates": ("solaris.jobs.candidates", "speculate the (user, item) pairs of the next horizon"),
-    "score": ("solaris.jobs.score", "FM-score and verify candidates, write pair_embeddings with TTL"),
-    "expire": ("solaris.jobs.expire", "delete expired pair embeddings and history past retention; VACUUM at midnight"),
-    "hit-rate": ("solaris.jobs.hit_rate", "speculation hit rate of a run against the requests that arrived"),
-    "user-aggregates": ("solaris.jobs.user_aggregates", "tier 3: 24 h mean of each user's pair embeddings"),
-    "knn": ("solaris.jobs.knn", "FAISS k-means + per-cluster KNN over FM user representations"),
-    "impute": ("solaris.jobs.impute", "tier 4: impute users without an aggregate from their neighbours"),
-    "item-aggregates": ("solaris.jobs.item_aggregates", "tiers 5-6: 24 h item means; other items via FM item space"),
-    "publish": ("solaris.jobs.publish", "quality gate, then an atomic snapshot manifest for the resolver"),
+    **STAGE_COMMANDS,
     "fast-lane": ("solaris.jobs.fast_lane", "sub-hourly candidates, score, publish for sessions new since the hour"),
     "rollback": ("solaris.jobs.rollback", "list snapshots, or point serving's LATEST at an earlier one"),
     "replay": ("solaris.jobs.replay", "replay the hourly precompute over a time range (backfills, demo)"),

@@ -7,11 +7,13 @@ build their tasks from :data:`PRECOMPUTE` / :data:`ENRICHMENT` (a DAG test check
 every in-process caller goes through :func:`run_cycle`.
 
 A stage is the unit a user sees everywhere: one Airflow task (retries, logs), one ``solaris
-<command>``, one ``jobs/<name>.py`` entry file, one ``solaris/stages/<name>.py`` module with a
-``run(spark, config, as_of, run_id, *, tick=None)`` (the stage list holds those functions;
-:func:`run_cycle` hands each the tick it opened).
+<command>``, one ``jobs/<name>.py`` entry file, one ``solaris/stages/<name>.py`` module with one
+typed entry ``run(step: StepContext, *, options: <Name>Options) -> <Name>Result``. The list below
+holds each :class:`Stage` as typed data: its run function, its options class and how the cycle's
+:class:`CycleSettings` make them, its result class (docs/architecture.md §5: the contract).
 Replays add two *measurements* that read the future (hit rate after ``score``, coverage after
-``publish``); they never feed a decision and are not part of the scheduled DAGs.
+``publish``), attached to the stage they follow; they never feed a decision and are not part of
+the scheduled DAGs.
 """
 
 from __future__ import annotations
@@ -21,31 +23,23 @@ import time
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, Literal, Mapping, Protocol, Sequence, TypeVar
 
 from solaris.config import SolarisConfig
 from solaris.precompute.fast_lane import UserActivity, is_hourly_tick, select_users, window_start
 from solaris.precompute.spark_features import keep_visible_events, visible_events
-from solaris.stages import candidates as candidates_stage
-from solaris.stages import expire as expire_stage
-from solaris.stages import hit_rate
-from solaris.stages import impute as impute_stage
-from solaris.stages import item_aggregates as item_aggregates_stage
-from solaris.stages import knn as knn_stage
-from solaris.stages import publish as publish_stage
-from solaris.stages import score as score_stage
-from solaris.stages import user_aggregates as user_aggregates_stage
-from solaris.stages.candidates import CandidatesResult
-from solaris.stages.expire import ExpireResult
-from solaris.stages.hit_rate import CoverageResult, HitRateResult
-from solaris.stages.impute import ImputeResult
-from solaris.stages.item_aggregates import ItemAggregatesResult
-from solaris.stages.knn import KnnResult
-from solaris.stages.publish import PublishResult
-from solaris.stages.score import ScoreResult
-from solaris.stages.user_aggregates import UserAggregatesResult
+from solaris.stages import candidates, expire, hit_rate, impute, item_aggregates, knn, publish, score, user_aggregates
+from solaris.stages.candidates import CandidatesOptions, CandidatesResult
+from solaris.stages.expire import ExpireOptions, ExpireResult
+from solaris.stages.hit_rate import CoverageOptions, CoverageResult, HitRateOptions, HitRateResult
+from solaris.stages.impute import ImputeOptions, ImputeResult
+from solaris.stages.item_aggregates import ItemAggregatesOptions, ItemAggregatesResult
+from solaris.stages.knn import KnnOptions, KnnResult
+from solaris.stages.publish import PublishOptions, PublishResult
+from solaris.stages.score import ScoreOptions, ScoreResult
+from solaris.stages.user_aggregates import UserAggregatesOptions, UserAggregatesResult
 from solaris.storage.audit import RunRecord, RunsLog
-from solaris.tick import Tick
+from solaris.tick import StepContext, Tick
 from solaris.timeutil import default_run_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,63 +50,133 @@ lane_log = logging.getLogger("solaris.fast_lane")
 
 Half = Literal["precompute", "enrichment"]
 
+O = TypeVar("O")  # noqa: E741 - a stage's options class
+R = TypeVar("R")  # a stage's result class
+F = TypeVar("F")  # the result of the stage a measurement follows
+O_in = TypeVar("O_in", contravariant=True)
+R_out = TypeVar("R_out", covariant=True)
+
+
+class StageRun(Protocol[O_in, R_out]):
+    """The contract of every stage's entry: ``run(step, *, options) -> result`` (mypy checks each one)."""
+
+    def __call__(self, step: StepContext, *, options: O_in) -> R_out: ...
+
 
 @dataclass(frozen=True)
-class Stage:
-    """One stage of the hourly cycle: task id, its half, its upstream stages and its job's ``run``."""
+class CycleSettings:
+    """What a caller of :func:`run_cycle` chooses for the whole tick; each stage makes its options from it.
+
+    ``measure``: run the replay measurements after the stages they follow. ``vacuum``: let ``expire``
+    VACUUM (a replay does it once, at its last tick).
+    """
+
+    measure: bool = False
+    vacuum: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measurement(Generic[F, O, R]):
+    """A replay measurement run right after the stage it is attached to (reads the future; no decision).
+
+    ``options_from``: its options from that stage's result (coverage: the manifest publish wrote).
+    It writes under the run id of that stage's half and its seconds are reported under ``name``.
+    """
+
+    name: str  # key in CycleResult, job in `runs`
+    command: str | None  # its `solaris --help` line when it has a jobs/<name>.py entry, else None
+    run: StageRun[O, R] = field(repr=False, compare=False)
+    options: type[O]
+    result: type[R]
+    options_from: Callable[[F], O] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage(Generic[O, R]):
+    """One stage of the hourly cycle, as data: what the DAGs, the jobs and :func:`run_cycle` read.
+
+    ``run`` is ``solaris/stages/<name>.py``'s typed entry; ``options`` / ``result`` its classes
+    (``jobs/<name>.py`` calls the same ``run``; ``solaris.cli`` lists ``command``);
+    ``options_from`` makes the options from the cycle's :class:`CycleSettings` (default: ``options()``);
+    ``measurements`` run after it in replays.
+    """
 
     name: str  # Airflow task id, key in CycleResult, entry file jobs/<name>.py
     half: Half  # which DAG runs it, and so which run id it writes under
     upstream: tuple[str, ...]  # stages of the same half that must finish first
     doc: str  # one line for the task's doc_md
-    # run(spark, config, as_of, run_id, *, tick=None) of solaris/stages/<name>.py, called in-process by run_cycle
-    run: Callable[..., Any] = field(repr=False, compare=False)
+    command: str  # its line in `solaris --help` (solaris <name with - for _>)
+    run: StageRun[O, R] = field(repr=False, compare=False)
+    options: type[O] = field(compare=False)
+    result: type[R] = field(compare=False)
+    options_from: Callable[[CycleSettings], O] | None = field(default=None, repr=False, compare=False)
+    measurements: tuple[Measurement[R, Any, Any], ...] = field(default=(), compare=False)
+
+    def options_for(self, settings: CycleSettings) -> O:
+        """This stage's options in a cycle run with ``settings``."""
+        return self.options() if self.options_from is None else self.options_from(settings)
 
 
-PRECOMPUTE: tuple[Stage, ...] = (
-    Stage(
-        "candidates",
-        "precompute",
-        (),
-        "Speculate the pairs of the next horizon (sql/candidates.sql) into `candidates`.",
-        candidates_stage.run,
-    ),
-    Stage(
-        "score",
-        "precompute",
-        ("candidates",),
-        "FM + verifier scoring UDF, verifier rule, TTL MERGE into `pair_embeddings`.",
-        score_stage.run,
-    ),
-    Stage(
-        "expire",
-        "precompute",
-        ("score",),
-        "Delete rows with `expires_at <= as_of` and history past `retention.*`; VACUUM at the midnight run.",
-        expire_stage.run,
-    ),
-)
-ENRICHMENT: tuple[Stage, ...] = (
-    Stage("user_aggregates", "enrichment", (), "Tier 3: 24 h mean of each user's pair embeddings.",
-          user_aggregates_stage.run),
-    Stage("knn", "enrichment", (), "FAISS clusters + KNN over FM user representations; recall@k in `runs`.",
-          knn_stage.run),
-    Stage(
-        "impute",
-        "enrichment",
-        ("user_aggregates", "knn"),
-        "Tier 4: impute users without an aggregate from their neighbours.",
-        impute_stage.run,
-    ),
-    Stage("item_aggregates", "enrichment", (), "Tiers 5-6: 24 h item means; other items from the FM item space.",
-          item_aggregates_stage.run),
-    Stage("publish", "enrichment", ("impute", "item_aggregates"), "Quality gate, then the atomic snapshot manifest.",
-          publish_stage.run),
-)
-CYCLE: tuple[Stage, ...] = PRECOMPUTE + ENRICHMENT
+HIT_RATE: Measurement[ScoreResult, HitRateOptions, HitRateResult] = Measurement(
+    name="hit_rate", command="speculation hit rate of a run against the requests that arrived",
+    run=hit_rate.run, options=HitRateOptions, result=HitRateResult,
+    options_from=lambda scored: HitRateOptions())
+COVERAGE: Measurement[PublishResult, CoverageOptions, CoverageResult] = Measurement(
+    name="coverage", command=None, run=hit_rate.coverage, options=CoverageOptions, result=CoverageResult,
+    options_from=lambda published: CoverageOptions(manifest=published.manifest))
+
+CANDIDATES: Stage[CandidatesOptions, CandidatesResult] = Stage(
+    name="candidates", half="precompute", upstream=(),
+    doc="Speculate the pairs of the next horizon (sql/candidates.sql) into `candidates`.",
+    command="speculate the (user, item) pairs of the next horizon",
+    run=candidates.run, options=CandidatesOptions, result=CandidatesResult)
+SCORE: Stage[ScoreOptions, ScoreResult] = Stage(
+    name="score", half="precompute", upstream=("candidates",),
+    doc="FM + verifier scoring UDF, verifier rule, TTL MERGE into `pair_embeddings`.",
+    command="FM-score and verify candidates, write pair_embeddings with TTL",
+    run=score.run, options=ScoreOptions, result=ScoreResult, measurements=(HIT_RATE,))
+EXPIRE: Stage[ExpireOptions, ExpireResult] = Stage(
+    name="expire", half="precompute", upstream=("score",),
+    doc="Delete rows with `expires_at <= as_of` and history past `retention.*`; VACUUM at the midnight run.",
+    command="delete expired pair embeddings and history past retention; VACUUM at midnight",
+    run=expire.run, options=ExpireOptions, result=ExpireResult,
+    options_from=lambda cycle: ExpireOptions(hourly_jobs=HOURLY_JOBS, vacuum=cycle.vacuum))
+USER_AGGREGATES: Stage[UserAggregatesOptions, UserAggregatesResult] = Stage(
+    name="user_aggregates", half="enrichment", upstream=(),
+    doc="Tier 3: 24 h mean of each user's pair embeddings.",
+    command="tier 3: 24 h mean of each user's pair embeddings",
+    run=user_aggregates.run, options=UserAggregatesOptions, result=UserAggregatesResult)
+KNN: Stage[KnnOptions, KnnResult] = Stage(
+    name="knn", half="enrichment", upstream=(),
+    doc="FAISS clusters + KNN over FM user representations; recall@k in `runs`.",
+    command="FAISS k-means + per-cluster KNN over FM user representations",
+    run=knn.run, options=KnnOptions, result=KnnResult)
+IMPUTE: Stage[ImputeOptions, ImputeResult] = Stage(
+    name="impute", half="enrichment", upstream=("user_aggregates", "knn"),
+    doc="Tier 4: impute users without an aggregate from their neighbours.",
+    command="tier 4: impute users without an aggregate from their neighbours",
+    run=impute.run, options=ImputeOptions, result=ImputeResult)
+ITEM_AGGREGATES: Stage[ItemAggregatesOptions, ItemAggregatesResult] = Stage(
+    name="item_aggregates", half="enrichment", upstream=(),
+    doc="Tiers 5-6: 24 h item means; other items from the FM item space.",
+    command="tiers 5-6: 24 h item means; other items via FM item space",
+    run=item_aggregates.run, options=ItemAggregatesOptions, result=ItemAggregatesResult)
+PUBLISH: Stage[PublishOptions, PublishResult] = Stage(
+    name="publish", half="enrichment", upstream=("impute", "item_aggregates"),
+    doc="Quality gate, then the atomic snapshot manifest.",
+    command="quality gate, then an atomic snapshot manifest for the resolver",
+    run=publish.run, options=PublishOptions, result=PublishResult, measurements=(COVERAGE,))
+
+PRECOMPUTE: tuple[Stage[Any, Any], ...] = (CANDIDATES, SCORE, EXPIRE)
+ENRICHMENT: tuple[Stage[Any, Any], ...] = (USER_AGGREGATES, KNN, IMPUTE, ITEM_AGGREGATES, PUBLISH)
+CYCLE: tuple[Stage[Any, Any], ...] = PRECOMPUTE + ENRICHMENT
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in CYCLE)
+# The jobs of the hourly chain whose `runs` rows expire's retention trims: the stages, their
+# measurements and the fast lane (which writes its own row).
+HOURLY_JOBS: tuple[str, ...] = (
+    *STAGE_NAMES, *(measurement.name for stage in CYCLE for measurement in stage.measurements), "fast_lane")
 # The replay measurement whose success row in `runs` marks a replayed tick as done.
-LAST_MEASURE = "coverage"
+LAST_MEASURE = COVERAGE.name
 
 
 def run_ids(as_of: datetime) -> dict[str, str]:
@@ -153,22 +217,33 @@ def tick_schedule(start: datetime, end: datetime, step_hours: float = 1.0) -> li
 
 @dataclass(frozen=True)
 class CycleResult:
-    """Typed result of each stage that ran at one tick (None: not run) and its wall seconds."""
+    """What one tick did: each stage's (and measurement's) typed result by name, and wall seconds.
+
+    Read a result through its stage, typed: ``cycle.result(SCORE)`` is a ``ScoreResult`` or None
+    (not run); ``cycle.require(SCORE)`` when the caller ran it. A new stage needs no field here.
+    """
 
     as_of: datetime
-    candidates: CandidatesResult | None = None
-    score: ScoreResult | None = None
-    hit_rate: HitRateResult | None = None
-    expire: ExpireResult | None = None
-    user_aggregates: UserAggregatesResult | None = None
-    knn: KnnResult | None = None
-    impute: ImputeResult | None = None
-    item_aggregates: ItemAggregatesResult | None = None
-    publish: PublishResult | None = None
-    coverage: CoverageResult | None = None
+    results: Mapping[str, object] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     # in the caller's ``observe`` hooks (a benchmark's counters): not the tick's, so not in ``seconds``
     observer_seconds: float = 0.0
+
+    def result(self, step: Stage[Any, R] | Measurement[Any, Any, R]) -> R | None:
+        """The result of ``step`` at this tick, None when it did not run."""
+        value = self.results.get(step.name)
+        if value is None:
+            return None
+        if not isinstance(value, step.result):
+            raise TypeError(f"{step.name} returned a {type(value).__name__}, not its {step.result.__name__}")
+        return value
+
+    def require(self, step: Stage[Any, R] | Measurement[Any, Any, R]) -> R:
+        """The result of ``step``, which the caller ran (KeyError otherwise)."""
+        value = self.result(step)
+        if value is None:
+            raise KeyError(f"{step.name} did not run at {self.as_of.isoformat()}")
+        return value
 
     @property
     def total_seconds(self) -> float:
@@ -176,14 +251,15 @@ class CycleResult:
 
 
 def run_cycle(
-    spark: "SparkSession",
+    spark: SparkSession,
     config: SolarisConfig,
     as_of: datetime,
     *,
-    stages: tuple[str, ...] | list[str] | None = None,
+    stages: Sequence[str] | None = None,
     measure: bool = False,
     vacuum: bool = False,
     observe: Callable[[str], AbstractContextManager[Any]] | None = None,
+    definition: Sequence[Stage[Any, Any]] | None = None,
 ) -> CycleResult:
     """Run the hourly stages at ``as_of`` in one Spark session, in the defined order.
 
@@ -193,17 +269,25 @@ def run_cycle(
     at its last tick: VACUUM lists every file and costs seconds, not worth it every hour).
     ``observe``: a context manager factory entered around each stage (and measurement) with its
     name, e.g. ``bench/cycle.py`` counting the Spark jobs and Delta commits each one makes.
+    ``definition``: the stage list (default :data:`CYCLE`; tests hand fake stages).
+
+    Each stage is called through its contract, ``stage.run(step, options=...)``, with nothing
+    special to any of them: its options come from ``CycleSettings(measure, vacuum)``, its
+    measurements' options from its result.
     """
-    wanted = STAGE_NAMES if stages is None else tuple(stages)
-    unknown = set(wanted) - set(STAGE_NAMES)
+    chain = CYCLE if definition is None else tuple(definition)
+    names = tuple(stage.name for stage in chain)
+    wanted = names if stages is None else tuple(stages)
+    unknown = set(wanted) - set(names)
     if unknown:
-        raise KeyError(f"unknown stages {sorted(unknown)}; stages: {', '.join(STAGE_NAMES)}")
+        raise KeyError(f"unknown stages {sorted(unknown)}; stages: {', '.join(names)}")
+    settings = CycleSettings(measure=measure, vacuum=vacuum)
     ids = run_ids(as_of)
-    results: dict[str, Any] = {}
+    results: dict[str, object] = {}
     seconds: dict[str, float] = {}
     observed = 0.0  # seconds inside the observe hooks around the stages
 
-    def timed(name: str, call: Callable[[], Any]) -> None:
+    def timed(name: str, call: Callable[[], object]) -> object:
         nonlocal observed
         entered = time.perf_counter()
         with observe(name) if observe is not None else nullcontext():
@@ -211,26 +295,24 @@ def run_cycle(
             results[name] = call()
             seconds[name] = time.perf_counter() - started
         observed += time.perf_counter() - entered - seconds[name]
+        return results[name]
 
     block_started = time.perf_counter()
     # the tick's `runs` rows in one commit (also after a failure); the events up to as_of read once
     with open_tick(spark, config, as_of) as tick:
-        for step in CYCLE:
-            if step.name not in wanted:
+        for stage in chain:
+            if stage.name not in wanted:
                 continue
-            kwargs = {"vacuum": vacuum} if step.name == "expire" else {}
+            step = StepContext(spark, config, as_of, ids[stage.half], tick)
             # B023 below: timed() calls each lambda at once, inside this iteration
-            timed(step.name, lambda: step.run(spark, config, as_of, ids[step.half], tick=tick, **kwargs))  # noqa: B023
-            if measure and step.name == "score":
-                timed("hit_rate", lambda: hit_rate.run(spark, config, as_of, ids["precompute"], tick=tick))
-            if measure and step.name == "publish":
-                manifest = results["publish"].manifest
-                timed(LAST_MEASURE, lambda: hit_rate.coverage(spark, config, as_of, manifest,  # noqa: B023
-                                                              ids["enrichment"], tick=tick))
+            done = timed(stage.name, lambda: stage.run(step, options=stage.options_for(settings)))  # noqa: B023
+            for measurement in stage.measurements if settings.measure else ():
+                timed(measurement.name,
+                      lambda: measurement.run(step, options=measurement.options_from(done)))  # noqa: B023
     # what the block spent outside its stages: the tick's one `runs` commit, caching and dropping
     # the tick's events - less the observer's own time, which a tick without a benchmark never pays
     seconds["runs_audit"] = time.perf_counter() - block_started - sum(seconds.values()) - observed
-    cycle = CycleResult(as_of=as_of, seconds=seconds, observer_seconds=observed, **results)
+    cycle = CycleResult(as_of=as_of, results=results, seconds=seconds, observer_seconds=observed)
     log.info(
         "cycle at %s: %.1fs (%s)",
         as_of,
@@ -313,27 +395,26 @@ def run_fast_lane(spark: SparkSession, config: SolarisConfig, as_of: datetime, r
             return FastLaneResult(skipped="no fast-lane users", seconds=seconds)
         lane = lane_config(config)
         users = spark.createDataFrame([(user,) for user in selection.users], "user_id long")
-        results: dict[str, object] = {}
-        for name, call in (
-            ("candidates", lambda: candidates_stage.run(spark, lane, as_of, run_id, users, tick=tick)),
-            ("score", lambda: score_stage.run(spark, lane, as_of, run_id, tick=tick)),
-            ("publish", lambda: publish_stage.run(spark, lane, as_of, run_id, tick=tick)),
-        ):
-            started = time.perf_counter()
-            results[name] = call()
-            seconds[name] = time.perf_counter() - started
+        # the hourly stages through their own entries, on the lane's config and run id
+        step = StepContext(spark, lane, as_of, run_id, tick)
+        started = time.perf_counter()
+        speculated = CANDIDATES.run(step, options=CandidatesOptions(users=users))
+        seconds[CANDIDATES.name] = time.perf_counter() - started
+        started = time.perf_counter()
+        scored = SCORE.run(step, options=ScoreOptions())
+        seconds[SCORE.name] = time.perf_counter() - started
+        started = time.perf_counter()
+        published = PUBLISH.run(step, options=PublishOptions())
+        seconds[PUBLISH.name] = time.perf_counter() - started
     result = FastLaneResult(users=selection.users, new=selection.new, returning=selection.returning,
-                            dropped=selection.dropped, seconds=seconds, **results)  # type: ignore[arg-type]
-    scored = result.score
+                            dropped=selection.dropped, seconds=seconds, candidates=speculated, score=scored,
+                            publish=published)
     record.rows_in = len(selection.users)
-    record.rows_out = scored.written if scored is not None else 0
-    record.details.update({"scored": scored.scored if scored is not None else 0,
-                           "manifest": result.publish.manifest if result.publish is not None else None,
+    record.rows_out = scored.written
+    record.details.update({"scored": scored.scored, "manifest": published.manifest,
                            "seconds": {name: round(value, 2) for name, value in seconds.items()}})
     record.write(spark, config, "success")
     lane_log.info("fast lane %s: %d users -> %d candidates -> %d FM passes -> %d pairs written; %s (%.1fs: %s)",
-                  run_id, len(selection.users), result.candidates.pairs if result.candidates else 0,
-                  scored.scored if scored else 0, scored.written if scored else 0,
-                  result.publish.manifest if result.publish else "not published", sum(seconds.values()),
-                  ", ".join(f"{name} {value:.1f}s" for name, value in seconds.items()))
+                  run_id, len(selection.users), speculated.pairs, scored.scored, scored.written, published.manifest,
+                  sum(seconds.values()), ", ".join(f"{name} {value:.1f}s" for name, value in seconds.items()))
     return result

@@ -12,12 +12,15 @@ import logging
 import sys
 import time
 from datetime import datetime
-from typing import Callable
+from typing import Callable, TypeVar
 
 from solaris.config import SolarisConfig, load_config
 from solaris.errors import RefusedError
 from solaris.spark import get_spark
+from solaris.tick import StepContext
 from solaris.timeutil import default_run_id, parse_utc
+
+R = TypeVar("R")  # what a stage's run returns, handed to its report
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -112,11 +115,12 @@ def job_parser(prog: str, doc: str, with_as_of: bool = True) -> argparse.Argumen
     return parser
 
 
-def run_stage(parser: argparse.ArgumentParser, argv: list[str] | None, name: str, run_prefix: str,
-              run: Callable, report: Callable) -> int:
+def run_stage(parser: argparse.ArgumentParser, argv: list[str] | None, name: str, run_prefix: str, *,
+              run: Callable[[StepContext, argparse.Namespace], R], report: Callable[[SolarisConfig, R], str]) -> int:
     """Main of an hourly stage: parse, log, load config, start Spark, ``run``, print ``report``.
 
-    ``run(spark, config, args, run_id)`` does the work; the run id defaults to
+    ``run(step, args)`` does the work, the stage's typed entry ``stage.run(step, options=...)`` with
+    options from ``args``; the step has no tick (the stage runs alone) and its run id defaults to
     ``<run_prefix>-<as-of>`` so every stage of one hour shares it and reruns replace their output.
     """
     add_common_args(parser)
@@ -126,7 +130,8 @@ def run_stage(parser: argparse.ArgumentParser, argv: list[str] | None, name: str
     def body() -> None:
         config = config_from_args(args)
         spark = get_spark(config, name, one_stage=True)
-        result = run(spark, config, args, args.run_id or default_run_id(run_prefix, args.as_of))
+        step = StepContext(spark, config, args.as_of, args.run_id or default_run_id(run_prefix, args.as_of))
+        result = run(step, args)
         print(report(config, result))
 
     return run_job(name, body)

@@ -8,6 +8,9 @@ the trail there, and anything left behind outlived the tick. Here it lives exact
 block that opened the tick (:func:`solaris.pipeline.open_tick`): frames are unpersisted and the
 audit rows written when it closes. A stage run on its own (spark-submit, an Airflow task) gets no
 tick: it reads the table and writes its ``runs`` row at once.
+
+:class:`StepContext` is what every stage's ``run(step, *, options)`` is handed: the session, the
+config, the as-of, the run id it writes under and the tick (``None`` for a stage run alone).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Hashable
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+
+    from solaris.config import SolarisConfig
 
 
 @dataclass
@@ -58,3 +63,18 @@ class Tick:
         while self.frames:
             _, frame = self.frames.popitem()
             frame.unpersist()
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What one stage run is handed: where (``spark``, ``config``), when (``as_of``), under which
+    ``run_id`` it writes, and the ``tick`` it shares frames and audit rows with (``None``: run alone).
+
+    The same for every stage, so a stage's own settings live in its typed options, not here.
+    """
+
+    spark: SparkSession
+    config: SolarisConfig
+    as_of: datetime
+    run_id: str
+    tick: Tick | None = None

@@ -17,7 +17,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from solaris.pipeline import LAST_MEASURE, run_cycle, run_ids, tick_schedule
+from solaris.pipeline import (
+    CANDIDATES,
+    COVERAGE,
+    EXPIRE,
+    HIT_RATE,
+    KNN,
+    LAST_MEASURE,
+    SCORE,
+    run_cycle,
+    run_ids,
+    tick_schedule,
+)
 from solaris.progress import progress
 from solaris.runtime import JobInputError
 from solaris.storage.audit import RunsLog
@@ -72,9 +83,10 @@ def run(spark: SparkSession, config: SolarisConfig, start: datetime, end: dateti
 def tick_metric(cycle: CycleResult) -> str:
     """What a replay's progress line says of the tick just done: its time, wall seconds and coverage."""
     text = f"{cycle.as_of:%Y-%m-%d %H:%M}Z in {cycle.total_seconds:.0f}s"
-    if cycle.coverage is not None:
+    coverage = cycle.result(COVERAGE)
+    if coverage is not None:
         last = SERVING_ORDER[-1]
-        text += f", coverage tiers1-{last} {cycle.coverage.cumulative(last):.1%}"
+        text += f", coverage tiers1-{last} {coverage.cumulative(last):.1%}"
     return text
 
 
@@ -82,13 +94,14 @@ def summary_line(cycle: CycleResult) -> str:
     """One printable line per replayed tick: counts, hit rates, KNN recall, coverage by tier."""
     rate = lambda value: "n/a" if value is None else f"{value:.3f}"  # noqa: E731
     # a replayed cycle runs every stage and the measurements (measure=True)
-    assert cycle.candidates and cycle.score and cycle.expire and cycle.hit_rate and cycle.knn and cycle.coverage
-    parts = [f"as_of={cycle.as_of.isoformat()}", f"candidates={cycle.candidates.pairs}",
-             f"verified={cycle.score.verified}", f"written={cycle.score.written}",
-             f"quarantined={cycle.score.quarantined}", f"expired={cycle.expire.expired}",
-             f"requests={cycle.hit_rate.requests}", f"candidates_hit_rate={rate(cycle.hit_rate.candidates.hit_rate)}",
-             f"verified_hit_rate={rate(cycle.hit_rate.verified.hit_rate)}",
-             f"knn_recall_at_{cycle.knn.k}={cycle.knn.recall:.3f}"]
-    parts += [f"coverage_tiers1-{tier}={cycle.coverage.cumulative(tier):.3f}" for tier in SERVING_ORDER]
+    scored, hits, knn, coverage = (cycle.require(SCORE), cycle.require(HIT_RATE), cycle.require(KNN),
+                                   cycle.require(COVERAGE))
+    parts = [f"as_of={cycle.as_of.isoformat()}", f"candidates={cycle.require(CANDIDATES).pairs}",
+             f"verified={scored.verified}", f"written={scored.written}",
+             f"quarantined={scored.quarantined}", f"expired={cycle.require(EXPIRE).expired}",
+             f"requests={hits.requests}", f"candidates_hit_rate={rate(hits.candidates.hit_rate)}",
+             f"verified_hit_rate={rate(hits.verified.hit_rate)}",
+             f"knn_recall_at_{knn.k}={knn.recall:.3f}"]
+    parts += [f"coverage_tiers1-{tier}={coverage.cumulative(tier):.3f}" for tier in SERVING_ORDER]
     parts.append(f"seconds={cycle.total_seconds:.1f}")
     return " ".join(parts)

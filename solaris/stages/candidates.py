@@ -26,6 +26,7 @@ from solaris.storage.audit import RunRecord
 from solaris.storage.embedding_codec import decode
 from solaris.storage.sql import literal, render, statements
 from solaris.storage.table import Table
+from solaris.tick import StepContext
 from solaris.udfs.knn import user_representation_step
 from solaris.udfs.retrieval import ITEM_SCHEMA, RETRIEVAL_SCHEMA, make_item_averager, make_retriever
 
@@ -300,10 +301,18 @@ def build_candidates(spark: SparkSession, config: SolarisConfig, as_of: datetime
     ), prepared
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str,
-        users: DataFrame | None = None, *, tick: Tick | None = None) -> CandidatesResult:
+@dataclass(frozen=True)
+class CandidatesOptions:
+    """``users``: a ``user_id`` frame restricting the run to them (the fast lane); None: every user."""
+
+    users: DataFrame | None = None
+
+
+def run(step: StepContext, *, options: CandidatesOptions) -> CandidatesResult:
     """Speculate and replace this run's rows; ``users`` (a ``user_id`` frame) restricts it to them
     (the fast lane: same sources, blend and caps, fewer users)."""
+    spark, config, as_of, run_id, tick = step.spark, step.config, step.as_of, step.run_id, step.tick
+    users = options.users
     import pyarrow.compute as pc
 
     record = RunRecord(run_id=run_id, job="candidates", as_of=as_of)

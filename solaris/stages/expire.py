@@ -33,20 +33,14 @@ from solaris.storage.audit import RunRecord
 from solaris.storage.sql import literal
 from solaris.storage.table import Table
 from solaris.storage.validity import EXPIRES_AT, expired_predicate
+from solaris.tick import StepContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
     from solaris.config import SolarisConfig
-    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.expire")
-
-# Jobs of the hourly chain (the stages, the replay measurements, the fast lane) whose ``runs`` rows
-# the retention trims. The other jobs' rows (ingest, train_*) are a few a day and are kept: they
-# record the events' id modes and the models' versions.
-HOURLY_JOBS: tuple[str, ...] = ("candidates", "score", "expire", "user_aggregates", "knn", "impute",
-                                "item_aggregates", "publish", "hit_rate", "coverage", "fast_lane")
 
 
 @dataclass(frozen=True)
@@ -77,10 +71,15 @@ class RetentionRule:
         return " AND ".join(parts)
 
 
-def retention_rules(config: SolarisConfig) -> tuple[RetentionRule, ...]:
-    """The retention of every table the hourly chain appends to, from ``config.retention``."""
+def retention_rules(config: SolarisConfig, hourly_jobs: tuple[str, ...]) -> tuple[RetentionRule, ...]:
+    """The retention of every table the hourly chain appends to, from ``config.retention``.
+
+    ``hourly_jobs``: the jobs whose ``runs`` rows are trimmed (``solaris.pipeline.HOURLY_JOBS``, from
+    the stage list); the other jobs' rows (ingest, train_*) are a few a day and are kept: they record
+    the events' id modes and the models' versions.
+    """
     keep = config.retention
-    jobs = ", ".join(f"'{job}'" for job in HOURLY_JOBS)
+    jobs = ", ".join(f"'{job}'" for job in hourly_jobs)
     return (
         RetentionRule("candidates", "as_of", keep.candidates_hours, partition="run_date"),
         RetentionRule("pair_embeddings_log", "computed_at", keep.pair_embeddings_log_hours, partition="computed_date"),
@@ -149,11 +148,25 @@ def expire_pairs(spark: SparkSession, config: SolarisConfig, as_of: datetime, op
     return expired, pairs.row_count(), pairs.version()
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, optimize: bool = False,
-        vacuum: bool = True, *, tick: Tick | None = None) -> ExpireResult:
+@dataclass(frozen=True)
+class ExpireOptions:
+    """``hourly_jobs``: the jobs whose ``runs`` rows the retention trims (``solaris.pipeline.HOURLY_JOBS``:
+    the stage list's, handed down because a stage cannot import the list above it); ``optimize``:
+    compact the live expiry buckets; ``vacuum``: VACUUM the trimmed tables at this run (the job decides
+    it by the hour, :func:`is_vacuum_hour`; a replay once, at its last tick)."""
+
+    hourly_jobs: tuple[str, ...]
+    optimize: bool = False
+    vacuum: bool = True
+
+
+def run(step: StepContext, *, options: ExpireOptions) -> ExpireResult:
+    spark, config, as_of, run_id, tick = step.spark, step.config, step.as_of, step.run_id, step.tick
+    optimize, vacuum = options.optimize, options.vacuum
     record = RunRecord(run_id=run_id, job="expire", as_of=as_of)
     expired, remaining, version = expire_pairs(spark, config, as_of, optimize, vacuum)
-    trims = {rule.table: trim(spark, config, rule, as_of, vacuum) for rule in retention_rules(config)}
+    rules = retention_rules(config, options.hourly_jobs)
+    trims = {rule.table: trim(spark, config, rule, as_of, vacuum) for rule in rules}
     record.rows_in, record.rows_out = expired + remaining, remaining
     if version is not None:
         record.table_versions = {"pair_embeddings": version}

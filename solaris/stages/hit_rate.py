@@ -27,15 +27,13 @@ from solaris.serving.resolver import load_snapshot
 from solaris.storage.audit import RunRecord
 from solaris.storage.events import Events
 from solaris.storage.table import Table
+from solaris.tick import StepContext
 from solaris.tiers import SERVING_ORDER
 
 if TYPE_CHECKING:  # pragma: no cover
-    from datetime import datetime
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
-    from solaris.config import SolarisConfig
-    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.hit_rate")
 
@@ -81,8 +79,20 @@ class CoverageResult:
         return self.shares.get(f"cumulative_tier{tier}", 0.0)
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, tick: Tick | None = None
-        ) -> HitRateResult:
+@dataclass(frozen=True)
+class HitRateOptions:
+    """None: the horizon is ``precompute.horizon_hours``; the pairs are the run's own."""
+
+
+@dataclass(frozen=True)
+class CoverageOptions:
+    """``manifest``: the snapshot manifest whose tables serve the next hour's requests (publish's)."""
+
+    manifest: str
+
+
+def run(step: StepContext, *, options: HitRateOptions) -> HitRateResult:
+    spark, config, as_of, run_id, tick = step.spark, step.config, step.as_of, step.run_id, step.tick
     from pyspark.sql import functions as F
 
     horizon_end = as_of + timedelta(hours=config.precompute.horizon_hours)
@@ -122,11 +132,10 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     return result
 
 
-def coverage(
-    spark: SparkSession, config: SolarisConfig, as_of: datetime, manifest_path: str, run_id: str, *,
-    tick: Tick | None = None,
-) -> CoverageResult:
+def coverage(step: StepContext, *, options: CoverageOptions) -> CoverageResult:
     """Resolve the next hour's requests through the snapshot just published; share per tier."""
+    spark, config, as_of, run_id, tick = step.spark, step.config, step.as_of, step.run_id, step.tick
+    manifest_path = options.manifest
     requests = Events.of(spark, config).pandas(as_of + timedelta(hours=1), since=as_of)
     tables = load_snapshot(manifest_path)
     _, tiers, _ = tables.resolve(requests["user_id"].to_numpy(), requests["item_id"].to_numpy(),

@@ -23,16 +23,13 @@ from solaris.storage.audit import RunRecord
 from solaris.storage.embedding_codec import decode, encode_arrow
 from solaris.storage.table import Table
 from solaris.storage.validity import expires_at
+from solaris.tick import StepContext
 
 if TYPE_CHECKING:  # pragma: no cover
-    from datetime import datetime
 
     import numpy as np
     import pyarrow as pa
-    from pyspark.sql import SparkSession
 
-    from solaris.config import SolarisConfig
-    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.impute")
 
@@ -95,8 +92,13 @@ def make_imputer(dim: int, min_neighbors: int,
     return impute
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, tick: Tick | None = None
-        ) -> ImputeResult:
+@dataclass(frozen=True)
+class ImputeOptions:
+    """None yet: ``enrichment.*`` settles everything (a field here would be a per-run choice)."""
+
+
+def run(step: StepContext, *, options: ImputeOptions) -> ImputeResult:
+    spark, config, as_of, run_id, tick = step.spark, step.config, step.as_of, step.run_id, step.tick
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 

@@ -42,6 +42,7 @@ from solaris.storage.audit import RunRecord
 from solaris.storage.embedding_codec import decode
 from solaris.storage.table import Table
 from solaris.storage.validity import expires_at
+from solaris.tick import StepContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
@@ -125,9 +126,13 @@ def impute_missing_items(spark: SparkSession, config: SolarisConfig, as_of: date
     return int(imputed.item_ids.size), imputed_items.version()
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, tick: Tick | None = None
-        ) -> ItemAggregatesResult:
+@dataclass(frozen=True)
+class ItemAggregatesOptions:
+    """None yet: ``enrichment.*`` settles everything (a field here would be a per-run choice)."""
 
+
+def run(step: StepContext, *, options: ItemAggregatesOptions) -> ItemAggregatesResult:
+    spark, config, as_of, run_id, tick = step.spark, step.config, step.as_of, step.run_id, step.tick
     enrichment = config.enrichment
     record = RunRecord(run_id=run_id, job="item_aggregates", as_of=as_of)
     log_path = config.table_path("pair_embeddings_log")

@@ -42,6 +42,7 @@ from solaris.runtime import JobInputError
 from solaris.storage.audit import RunRecord
 from solaris.storage.embedding_codec import decode
 from solaris.storage.table import Table
+from solaris.tick import StepContext
 from solaris.timeutil import parse_utc, utc_stamp
 from solaris.udfs.knn import (
     ASSIGNMENT_SCHEMA,
@@ -63,7 +64,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from solaris.config import EnrichmentConfig, SolarisConfig
-    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.enrichment.knn")
 
@@ -106,9 +106,17 @@ class KnnResult:
                 "seconds": round(self.seconds, 3)}
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str,
-        fm_path: str | None = None, *, tick: Tick | None = None) -> KnnResult:
+@dataclass(frozen=True)
+class KnnOptions:
+    """``fm_path``: FM checkpoint under the warehouse (None: ``precompute.fm_checkpoint``)."""
+
+    fm_path: str | None = None
+
+
+def run(step: StepContext, *, options: KnnOptions) -> KnnResult:
     """Represent every user with the FM, reuse or train the IVF index, search, write, check recall."""
+    spark, config, as_of, run_id, tick = step.spark, step.config, step.as_of, step.run_id, step.tick
+    fm_path = options.fm_path
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint
 
     started = time.perf_counter()
@@ -117,8 +125,8 @@ def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str
     _, fm_meta = load_checkpoint(fm_dir, "fm", dim)
     record = RunRecord(run_id=run_id, job="knn", as_of=as_of)
     # shared with the retrieval source of candidates inside a tick
-    step = user_representation_step(str(fm_dir), config, as_of)
-    vectors, owned = user_vectors(spark, config, as_of, str(fm_dir), step, tick=tick)
+    representation = user_representation_step(str(fm_dir), config, as_of)
+    vectors, owned = user_vectors(spark, config, as_of, str(fm_dir), representation, tick=tick)
     neighbors = None
     try:
         n_users = vectors.count()

@@ -38,6 +38,7 @@ from solaris.storage.audit import RunRecord
 from solaris.storage.engine import Access, Engine, choose_engine
 from solaris.storage.table import Table
 from solaris.storage.validity import servable_column
+from solaris.tick import StepContext
 from solaris.timeutil import utc_stamp
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,7 +48,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
     from solaris.config import SolarisConfig, StorageConfig
-    from solaris.tick import Tick
 
 log = logging.getLogger("solaris.publish")
 
@@ -182,10 +182,15 @@ def _pinned(spark: SparkSession, path: str) -> PinnedTable:
     return PinnedTable(path=path, version=version)
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, tick: Tick | None = None
-        ) -> PublishResult:
+@dataclass(frozen=True)
+class PublishOptions:
+    """None yet: ``enrichment.*`` settles the gate (a field here would be a per-run choice)."""
+
+
+def run(step: StepContext, *, options: PublishOptions) -> PublishResult:
     """Pin every tier table at its current version, count what is servable at the as-of, run the
     quality gate, then write the snapshot manifest (the one atomic step serving sees)."""
+    spark, config, as_of, run_id, tick = step.spark, step.config, step.as_of, step.run_id, step.tick
     dim = config.model.embedding_dim
     record = RunRecord(run_id=run_id, job="publish", as_of=as_of)
     tables, stats = _pinned_tables_and_stats(spark, config, as_of)

@@ -36,6 +36,7 @@ from solaris.runtime import JobInputError
 from solaris.storage.audit import RunRecord, write_quarantine
 from solaris.storage.table import Table
 from solaris.storage.validity import expires_at_column
+from solaris.tick import StepContext
 from solaris.udfs.fm_scoring import OUTPUT_SCHEMA, ScoringSpec, make_scorer
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,11 +72,21 @@ class ScoreResult:
     budget: int | None = None  # pairs the threshold could keep beyond the floor (global budget; None: none)
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, fm_path: str | None = None,
-        verifier_path: str | None = None, load_log_dir: str | None = None, *, tick: Tick | None = None
-        ) -> ScoreResult:
+@dataclass(frozen=True)
+class ScoreOptions:
+    """Checkpoints under the warehouse instead of ``precompute.fm_checkpoint`` / ``verifier_checkpoint``
+    (None: those); ``load_log_dir``: each model load appends a line there (tests, audits)."""
+
+    fm_path: str | None = None
+    verifier_path: str | None = None
+    load_log_dir: str | None = None
+
+
+def run(step: StepContext, *, options: ScoreOptions) -> ScoreResult:
     """Score this run's candidates: verify (before the FM under the request rule, after it otherwise),
     the FM pass, quarantine, then the TTL MERGE and the history log (:func:`write_pairs`)."""
+    spark, config, as_of, run_id, tick = step.spark, step.config, step.as_of, step.run_id, step.tick
+    fm_path, verifier_path, load_log_dir = options.fm_path, options.verifier_path, options.load_log_dir
     from pyspark.sql import functions as F
 
     from solaris.models.checkpoint import load_checkpoint, resolve_checkpoint

@@ -21,14 +21,12 @@ from typing import TYPE_CHECKING
 from solaris.enrichment.window_means import write_window_means
 from solaris.storage.audit import RunRecord
 from solaris.storage.table import Table
+from solaris.tick import StepContext
 
 if TYPE_CHECKING:  # pragma: no cover
-    from datetime import datetime
 
-    from pyspark.sql import SparkSession
 
-    from solaris.config import SolarisConfig
-    from solaris.tick import Tick
+    pass
 
 log = logging.getLogger("solaris.user_aggregates")
 
@@ -42,9 +40,13 @@ class UserAggregatesResult:
     window_start: str | None
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, tick: Tick | None = None
-        ) -> UserAggregatesResult:
+@dataclass(frozen=True)
+class UserAggregatesOptions:
+    """None yet: ``enrichment.*`` settles everything (a field here would be a per-run choice)."""
 
+
+def run(step: StepContext, *, options: UserAggregatesOptions) -> UserAggregatesResult:
+    spark, config, as_of, run_id, tick = step.spark, step.config, step.as_of, step.run_id, step.tick
     enrichment = config.enrichment
     record = RunRecord(run_id=run_id, job="user_aggregates", as_of=as_of)
     log_path = config.table_path("pair_embeddings_log")

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from solaris.stages.candidates import build_candidates
+from solaris.tick import StepContext
 
 AS_OF = datetime(2026, 1, 10, 12, 0, tzinfo=timezone.utc)
 
@@ -128,7 +129,8 @@ def test_a_run_caches_the_shared_per_user_views_once_and_releases_them_after_its
     prepared.release()
     assert prepared.cached == [] and not any(cached())
     config = load_config(overrides=[*TEST_OVERRIDES, f"warehouse={world.warehouse}"])
-    assert candidates.run(spark, config, AS_OF, "run-release").pairs > 0
+    assert candidates.run(StepContext(spark, config, AS_OF, "run-release"),
+                          options=candidates.CandidatesOptions()).pairs > 0
     assert not any(cached())  # the run released what it cached
 
 

@@ -18,6 +18,7 @@ from solaris.precompute.speculator_store import save_speculator
 from solaris.stages import candidates as candidates_job
 from solaris.stages import score as score_job
 from solaris.stages.train_speculator import fit
+from solaris.tick import StepContext
 from solaris.timeutil import default_run_id
 from tests.world import T0, copy_world, world_config
 
@@ -32,7 +33,9 @@ DEFAULT_SPECULATION = [
 
 def _run(spark, config):
     run_id = default_run_id("precompute", T0)
-    return run_id, candidates_job.run(spark, config, T0, run_id), score_job.run(spark, config, T0, run_id)
+    step = StepContext(spark, config, T0, run_id)
+    candidates = candidates_job.run(step, options=candidates_job.CandidatesOptions())
+    return run_id, candidates, score_job.run(step, options=score_job.ScoreOptions())
 
 
 def _score_row(spark, config, run_id) -> dict:
@@ -53,7 +56,7 @@ def test_default_speculation_writes_only_pairs_the_request_model_keeps(spark, wo
     speculator = fit(spark, config, T0)
     save_speculator(config, speculator)
     run_id = default_run_id("precompute", T0)
-    candidates = candidates_job.run(spark, config, T0, run_id)
+    candidates = candidates_job.run(StepContext(spark, config, T0, run_id), options=candidates_job.CandidatesOptions())
     assert candidates.blend == f"learned {speculator.version}"
     proposed = spark.read.format("delta").load(config.table_path("candidates")).toPandas()
     assert proposed["request_score"].notna().all()
@@ -63,7 +66,7 @@ def test_default_speculation_writes_only_pairs_the_request_model_keeps(spark, wo
     rule = config.precompute.verifier
     assert rule.active_min_per_user() == 1
 
-    scored = score_job.run(spark, config, T0, run_id)
+    scored = score_job.run(StepContext(spark, config, T0, run_id), options=score_job.ScoreOptions())
     assert scored.rule == "request" and scored.written > 0 and scored.min_per_user == 1
     # verified before the FM: the FM scored exactly the kept pairs, not every candidate
     assert scored.scored == scored.verified == scored.written + scored.quarantined < scored.candidates

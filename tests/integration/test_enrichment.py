@@ -11,6 +11,7 @@ import pytest
 
 from solaris.drivers import replay
 from solaris.enrichment.items import impute_items
+from solaris.pipeline import COVERAGE, ITEM_AGGREGATES, KNN
 from solaris.serving.resolver import (
     TIER_IMPUTED,
     TIER_IMPUTED_ITEM,
@@ -23,6 +24,7 @@ from solaris.serving.resolver import (
 from solaris.serving.snapshots import QualityGateError
 from solaris.stages import publish
 from solaris.storage.embedding_codec import decode
+from solaris.tick import StepContext
 from tests.world import T0, copy_world
 
 ENRICH = ["precompute.candidates.lookback_hours=24"]  # on top of the shared world's settings
@@ -43,11 +45,11 @@ def test_replay_fills_every_tier_and_coverage_grows_with_the_hierarchy(spark, re
     config, summary = replayed
     assert len(summary) == 2
     for tick in summary:
-        assert (tick.coverage.cumulative(1) <= tick.coverage.cumulative(2) <= tick.coverage.cumulative(3)
-                <= tick.coverage.cumulative(4))
-        assert tick.knn.k == 5 and 0 <= tick.knn.recall <= 1
-    last = summary[-1]
-    assert last.coverage.cumulative(3) > last.coverage.cumulative(1)
+        coverage, knn = tick.require(COVERAGE), tick.require(KNN)
+        assert coverage.cumulative(1) <= coverage.cumulative(2) <= coverage.cumulative(3) <= coverage.cumulative(4)
+        assert knn.k == 5 and 0 <= knn.recall <= 1
+    last = summary[-1].require(COVERAGE)
+    assert last.cumulative(3) > last.cumulative(1)
     assert _table(spark, config, "user_embeddings").count() > 0
     assert _table(spark, config, "imputed_embeddings").count() > 0
 
@@ -99,7 +101,7 @@ def test_items_without_an_aggregate_are_imputed_from_the_fm_item_space_and_serve
     as_of = summary[-1].as_of
     imputed = _table(spark, config, "imputed_item_embeddings").toPandas()
     latest = imputed[imputed.computed_at == imputed.computed_at.max()]
-    assert len(latest) and summary[-1].item_aggregates.imputed_items == len(latest)
+    assert len(latest) and summary[-1].require(ITEM_AGGREGATES).imputed_items == len(latest)
     assert (latest.n_neighbors >= 1).all() and (latest.n_neighbors <= config.enrichment.item_neighbors).all()
     assert ((latest.similarity > 0) & (latest.similarity <= 1 + 1e-6)).all()
     assert (latest.expires_at - latest.computed_at == timedelta(hours=config.enrichment.item_ttl_hours)).all()
@@ -243,7 +245,8 @@ def test_publish_gate_refuses_nan_embeddings_and_keeps_latest(spark, replayed, m
             if checked_by is config:
                 patched.setattr(publish, "_servable_stats", lambda *args: pytest.fail("Spark checked small tables"))
             with pytest.raises(QualityGateError, match="user_embeddings: 1 rows with non-finite"):
-                publish.run(spark, checked_by, T0 + timedelta(hours=2), "enrichment-poison")
+                publish.run(StepContext(spark, checked_by, T0 + timedelta(hours=2), "enrichment-poison"),
+                            options=publish.PublishOptions())
     assert publish._servable_stats is spark_check
     assert (snapshots / "LATEST").read_text() == before
     # readers of the current manifest are unaffected: it pins the versions before the poison
@@ -311,7 +314,7 @@ def test_knn_on_the_driver_writes_the_lists_of_the_distributed_search(spark, rep
         settings = config.model_copy(update={
             "warehouse": warehouse,
             "enrichment": config.enrichment.model_copy(update={"knn_driver_max_users": max_users})})
-        result = knn.run(spark, settings, as_of, f"knn-{max_users}")
+        result = knn.run(StepContext(spark, settings, as_of, f"knn-{max_users}"), options=knn.KnnOptions())
         rows = sorted((row.user_id, list(row.neighbor_ids), list(row.similarities), row.cluster_id)
                       for row in _table(spark, settings, "user_neighbors").collect())
         return result, rows

@@ -10,10 +10,12 @@ import torch
 
 from solaris.models.checkpoint import load_checkpoint, save_checkpoint
 from solaris.models.training import EventArrays
+from solaris.pipeline import HOURLY_JOBS
 from solaris.stages import candidates as candidates_job
 from solaris.stages import expire as expire_job
 from solaris.stages import score as score_job
 from solaris.storage.embedding_codec import decode
+from solaris.tick import StepContext
 from solaris.timeutil import default_run_id
 from tests.conftest import table_checksum
 from tests.world import T0, copy_world
@@ -34,8 +36,9 @@ def world(world_template, tmp_path_factory):
 
 def _cycle(spark, config, as_of, **kwargs):
     run_id = default_run_id("precompute", as_of)
-    candidates = candidates_job.run(spark, config, as_of, run_id)
-    scored = score_job.run(spark, config, as_of, run_id, **kwargs)
+    candidates = candidates_job.run(StepContext(spark, config, as_of, run_id),
+                                    options=candidates_job.CandidatesOptions())
+    scored = score_job.run(StepContext(spark, config, as_of, run_id), options=score_job.ScoreOptions(**kwargs))
     return run_id, candidates, scored
 
 
@@ -77,7 +80,7 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
     # speculation hit rate against the events that arrived in (T0, T0 + 1h]
     from solaris.stages import hit_rate
 
-    figures = hit_rate.run(spark, config, T0, run_id)
+    figures = hit_rate.run(StepContext(spark, config, T0, run_id), options=hit_rate.HitRateOptions())
     assert figures.candidates.pairs == scored.candidates and figures.verified.pairs == scored.written
     # the same figures from the tables, in pandas: requests are the distinct pairs of (T0, T0 + 1h]
     naive = T0.replace(tzinfo=None)
@@ -113,7 +116,8 @@ def test_hourly_cycle_writes_reconciled_ttl_rows_and_is_idempotent(spark, world,
     cutoff = T0 + timedelta(hours=3)
     due = int((after["expires_at"] <= cutoff.replace(tzinfo=None)).sum())
     assert 0 < due < len(after)
-    result = expire_job.run(spark, config, cutoff, default_run_id("precompute", cutoff))
+    result = expire_job.run(StepContext(spark, config, cutoff, default_run_id("precompute", cutoff)),
+                            options=expire_job.ExpireOptions(hourly_jobs=HOURLY_JOBS))
     remaining = _table(spark, config, "pair_embeddings").toPandas()
     assert result.expired == due and len(remaining) == len(after) - due
     assert (remaining["expires_at"] > cutoff.replace(tzinfo=None)).all()
@@ -141,9 +145,9 @@ def test_spark_top_k_per_user_keeps_what_the_numpy_rule_keeps(spark, world_templ
     rule = ruled.precompute.verifier
     assert ruled.precompute.candidates.per_user > rule.top_k_per_user and rule.threshold == 0.3 and rule.budget is None
     for config in (everything, ruled):
-        candidates_job.run(spark, config, T0, run_id)
-    unfiltered = score_job.run(spark, everything, T0, run_id)
-    result = score_job.run(spark, ruled, T0, run_id)
+        candidates_job.run(StepContext(spark, config, T0, run_id), options=candidates_job.CandidatesOptions())
+    unfiltered = score_job.run(StepContext(spark, everything, T0, run_id), options=score_job.ScoreOptions())
+    result = score_job.run(StepContext(spark, ruled, T0, run_id), options=score_job.ScoreOptions())
 
     scored = _table(spark, everything, "pair_embeddings").select("user_id", "item_id", "verifier_score").toPandas()
     assert unfiltered.quarantined == 0 and unfiltered.written == unfiltered.candidates == len(scored)
@@ -183,9 +187,10 @@ def test_nan_embeddings_are_quarantined_never_written(spark, world, tmp_path):
     save_checkpoint(fm, config.warehouse / "models" / "fm_poisoned", {"as_of": T0.isoformat()})
     as_of = T0 + timedelta(hours=5)
     run_id = default_run_id("precompute", as_of)
-    candidates_job.run(spark, config, as_of, run_id)
+    candidates_job.run(StepContext(spark, config, as_of, run_id), options=candidates_job.CandidatesOptions())
     before = table_checksum(config.table_path("pair_embeddings"))
-    result = score_job.run(spark, config, as_of, run_id, fm_path="models/fm_poisoned")
+    result = score_job.run(StepContext(spark, config, as_of, run_id),
+                           options=score_job.ScoreOptions(fm_path="models/fm_poisoned"))
     assert result.written == 0 and result.quarantined == result.verified > 0
     assert table_checksum(config.table_path("pair_embeddings")) == before
     reasons = _table(spark, config, "quarantine").where(f"run_id = '{run_id}'").select("reason").distinct().collect()
@@ -200,7 +205,8 @@ def test_foreign_checkpoint_is_refused_before_any_write(spark, world, tmp_path):
     run_id = default_run_id("precompute", as_of)
     before = table_checksum(config.table_path("pair_embeddings"))
     with pytest.raises(CheckpointError):
-        score_job.run(spark, config, as_of, run_id, fm_path="models/vm_baseline")
+        score_job.run(StepContext(spark, config, as_of, run_id),
+                      options=score_job.ScoreOptions(fm_path="models/vm_baseline"))
     assert table_checksum(config.table_path("pair_embeddings")) == before
     assert before[0] > 0  # there were rows to lose
     assert _table(spark, config, "runs").where(f"run_id = '{run_id}'").count() == 0  # not even an audit row

@@ -16,7 +16,7 @@ from datetime import timedelta
 import pandas as pd
 import pytest
 
-from solaris.pipeline import run_ids
+from solaris.pipeline import HOURLY_JOBS, run_ids
 from solaris.runtime import JobInputError
 from solaris.stages import candidates as candidates_stage
 from solaris.stages import expire as expire_stage
@@ -24,6 +24,7 @@ from solaris.stages import hit_rate as hit_rate_stage
 from solaris.stages import item_aggregates as item_aggregates_stage
 from solaris.stages import score as score_stage
 from solaris.stages import user_aggregates as user_aggregates_stage
+from solaris.tick import StepContext
 from tests.conftest import table_checksum
 from tests.world import T0, copy_world, world_config
 
@@ -49,9 +50,12 @@ def scored_at_t1(served_template, tmp_path_factory):
 def _readers(spark, config):
     """The stages that read the trimmed tables after the tick's expire, and what they wrote."""
     ids = run_ids(T1)
-    hits = hit_rate_stage.run(spark, config, T1, ids["precompute"])
-    users = user_aggregates_stage.run(spark, config, T1, ids["enrichment"])
-    items = item_aggregates_stage.run(spark, config, T1, ids["enrichment"])
+    hits = hit_rate_stage.run(StepContext(spark, config, T1, ids["precompute"]),
+                              options=hit_rate_stage.HitRateOptions())
+    users = user_aggregates_stage.run(StepContext(spark, config, T1, ids["enrichment"]),
+                                      options=user_aggregates_stage.UserAggregatesOptions())
+    items = item_aggregates_stage.run(StepContext(spark, config, T1, ids["enrichment"]),
+                                      options=item_aggregates_stage.ItemAggregatesOptions())
     tables = {name: table_checksum(config.table_path(name)) for name in ("user_embeddings", "item_embeddings")}
     return asdict(hits), asdict(users), asdict(items), tables
 
@@ -61,26 +65,29 @@ def _oldest(config, name):
 
     rows = DeltaTable(config.table_path(name)).to_pandas()
     if name == "runs":
-        rows = rows[rows["job"].isin(expire_stage.HOURLY_JOBS)]
+        rows = rows[rows["job"].isin(HOURLY_JOBS)]
     oldest = rows[COLUMNS[name]].min()
     return (oldest if oldest is pd.NaT or oldest.tzinfo else oldest.tz_localize("UTC")), len(rows)
 
 
 def test_expire_trims_to_the_retention_and_the_later_readers_see_no_difference(spark, scored_at_t1, tmp_path):
     ids = run_ids(T1)
-    candidates_stage.run(spark, scored_at_t1, T1, ids["precompute"])
-    score_stage.run(spark, scored_at_t1, T1, ids["precompute"])
+    candidates_stage.run(StepContext(spark, scored_at_t1, T1, ids["precompute"]),
+                         options=candidates_stage.CandidatesOptions())
+    score_stage.run(StepContext(spark, scored_at_t1, T1, ids["precompute"]), options=score_stage.ScoreOptions())
     loose_dir = tmp_path / "loose"
     shutil.copytree(scored_at_t1.warehouse, loose_dir)
     tight, loose = scored_at_t1, world_config(loose_dir, *WINDOWS, *LOOSE)
 
-    trimmed = expire_stage.run(spark, tight, T1, ids["precompute"], vacuum=True)
-    untouched = expire_stage.run(spark, loose, T1, ids["precompute"], vacuum=False)
+    trimmed = expire_stage.run(StepContext(spark, tight, T1, ids["precompute"]),
+                               options=expire_stage.ExpireOptions(hourly_jobs=HOURLY_JOBS, vacuum=True))
+    untouched = expire_stage.run(StepContext(spark, loose, T1, ids["precompute"]),
+                                 options=expire_stage.ExpireOptions(hourly_jobs=HOURLY_JOBS, vacuum=False))
     # T0's candidates, log rows and hourly audit rows are past the tight retention; nothing is past the loose one
     assert trimmed.candidates.deleted > 0 and trimmed.pair_embeddings_log.deleted > 0 and trimmed.runs.deleted > 0
     assert trimmed.vacuumed and untouched.candidates.deleted == untouched.pair_embeddings_log.deleted == 0
     assert untouched.runs.deleted == 0
-    for rule in expire_stage.retention_rules(tight):
+    for rule in expire_stage.retention_rules(tight, HOURLY_JOBS):
         if rule.table == "quarantine" and not (tight.warehouse / "quarantine").exists():
             continue
         oldest, rows = _oldest(tight, rule.table)
@@ -95,13 +102,15 @@ def test_expire_trims_to_the_retention_and_the_later_readers_see_no_difference(s
 
     # a rerun of the hour's expire deletes nothing more and commits nothing to the trimmed tables
     versions = {name: DeltaTable(tight.table_path(name)).version() for name in ("candidates", "pair_embeddings_log")}
-    again = expire_stage.run(spark, tight, T1, ids["precompute"], vacuum=False)
+    again = expire_stage.run(StepContext(spark, tight, T1, ids["precompute"]),
+                             options=expire_stage.ExpireOptions(hourly_jobs=HOURLY_JOBS, vacuum=False))
     assert (again.candidates.deleted, again.pair_embeddings_log.deleted, again.runs.deleted) == (0, 0, 0)
     assert versions == {name: DeltaTable(tight.table_path(name)).version() for name in versions}
 
     # scoring T0 again now that its candidates are gone is refused, nothing written (not a silent empty hour)
     pairs_version = DeltaTable(tight.table_path("pair_embeddings")).version()
     with pytest.raises(JobInputError, match="retention.candidates_hours=0.75 h"):
-        score_stage.run(spark, tight, T0, run_ids(T0)["precompute"])
+        score_stage.run(StepContext(spark, tight, T0, run_ids(T0)["precompute"]), options=score_stage.ScoreOptions())
     assert DeltaTable(tight.table_path("pair_embeddings")).version() == pairs_version
-    score_stage.run(spark, loose, T0, run_ids(T0)["precompute"])  # the untrimmed twin still scores its hour
+    score_stage.run(StepContext(spark, loose, T0, run_ids(T0)["precompute"]),
+                    options=score_stage.ScoreOptions())  # the untrimmed twin still scores its hour

@@ -21,6 +21,7 @@ from solaris.ingest.sources import resolve_source
 from solaris.stages.ingest import ingest
 from solaris.storage.embedding_codec import decode
 from solaris.storage.table import Table
+from solaris.tick import StepContext
 from tests.reliability.conftest import T0, hours, run_cycle, run_solaris, world_config
 
 TABLES = ("events", "quarantine", "candidates", "pair_embeddings", "pair_embeddings_log", "runs")
@@ -139,7 +140,8 @@ def test_bad_checkpoint_or_config_is_refused_before_any_write(spark, fresh_world
     message = {"truncated weights": "weights.pt", "random bytes": "weights.pt", "foreign model": "fm",
                "wrong dimension": "32"}[damage]
     with pytest.raises(RefusedError, match=message):
-        score_job.run(spark, config, as_of, "precompute-20260108T010000Z", **kwargs)
+        score_job.run(StepContext(spark, config, as_of, "precompute-20260108T010000Z"),
+                      options=score_job.ScoreOptions(**kwargs))
     assert _versions(spark, config) == before
 
 

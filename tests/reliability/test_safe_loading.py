@@ -18,6 +18,7 @@ import pytest
 from solaris.config import ConfigError
 from solaris.stages import knn as knn_job
 from solaris.stages import score as score_job
+from solaris.tick import StepContext
 from tests.reliability.conftest import T0, hours, run_cycle
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,11 +50,11 @@ def test_checkpoint_paths_cannot_escape_the_warehouse(spark, fresh_world, path, 
     (config.warehouse / "link-out").symlink_to(tmp_path, target_is_directory=True)  # symlink leading outside
     run_id = "precompute-escape"
     with pytest.raises(ConfigError, match="escapes the warehouse root"):
-        score_job.run(spark, config, T0, run_id, fm_path=path)
+        score_job.run(StepContext(spark, config, T0, run_id), options=score_job.ScoreOptions(fm_path=path))
     with pytest.raises(ConfigError, match="escapes the warehouse root"):
-        score_job.run(spark, config, T0, run_id, verifier_path=path)
+        score_job.run(StepContext(spark, config, T0, run_id), options=score_job.ScoreOptions(verifier_path=path))
     with pytest.raises(ConfigError, match="escapes the warehouse root"):
-        knn_job.run(spark, config, T0, run_id, fm_path=path)
+        knn_job.run(StepContext(spark, config, T0, run_id), options=knn_job.KnnOptions(fm_path=path))
     assert not (config.warehouse / "pair_embeddings").exists()
 
 

@@ -19,9 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from solaris.pipeline import HOURLY_JOBS
 from solaris.serving.resolver import TIER_PAIR, load_tier
 from solaris.stages import expire as expire_job
 from solaris.storage.table import WRITE_RULES, Table
+from solaris.tick import StepContext
 from solaris.timeutil import default_run_id
 from tests.reliability.conftest import T0
 
@@ -74,7 +76,8 @@ def test_random_schedules_never_serve_expired_and_never_delete_live(spark, make_
         elif action == "expire":
             cutoff = clock + timedelta(minutes=rng.choice([0, 30, 90]))
             live_before = {k for k, v in model.items() if v[1] > cutoff}
-            expire_job.run(spark, config, cutoff, f"expire-{step}", vacuum=False)
+            expire_job.run(StepContext(spark, config, cutoff, f"expire-{step}"),
+                           options=expire_job.ExpireOptions(hourly_jobs=HOURLY_JOBS, vacuum=False))
             model = {k: v for k, v in model.items() if v[1] > cutoff}
             stored = {(r["user_id"], r["item_id"]) for r in spark.read.format("delta").load(path).collect()}
             deleted_live += len(live_before - stored)
@@ -101,7 +104,8 @@ def test_random_schedules_never_serve_expired_and_never_delete_live(spark, make_
     assert deleted_live == 0
 
     # VACUUM runs with the retention check on (the 7-day guard), never with it disabled.
-    expire_job.run(spark, config, clock, "expire-vacuum", vacuum=True)
+    expire_job.run(StepContext(spark, config, clock, "expire-vacuum"),
+                   options=expire_job.ExpireOptions(hourly_jobs=HOURLY_JOBS, vacuum=True))
     assert spark.conf.get("spark.databricks.delta.retentionDurationCheck.enabled", "true") == "true"
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where("operation = 'VACUUM START'").collect()
     assert history and all(row["operationParameters"]["retentionCheckEnabled"] == "true" for row in history)

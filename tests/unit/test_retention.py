@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 import pytest
 
 from solaris.config import ConfigError, load_config, retention_shortfalls
-from solaris.pipeline import LAST_MEASURE, STAGE_NAMES
-from solaris.stages.expire import HOURLY_JOBS, RetentionRule, retention_rules
+from solaris.pipeline import HOURLY_JOBS, LAST_MEASURE, STAGE_NAMES
+from solaris.stages.expire import RetentionRule, retention_rules
 
 AS_OF = datetime(2000, 12, 2, 1, 0, tzinfo=timezone.utc)
 
@@ -46,7 +46,7 @@ def test_the_moved_log_retention_key_says_where_it_went():
 
 
 def test_rules_delete_at_or_before_the_cutoff_and_prune_partitions():
-    rules = {rule.table: rule for rule in retention_rules(load_config())}
+    rules = {rule.table: rule for rule in retention_rules(load_config(), HOURLY_JOBS)}
     assert set(rules) == {"candidates", "pair_embeddings_log", "quarantine", "runs"}
     assert rules["candidates"].predicate(AS_OF) == (
         "run_date <= DATE '2000-12-01' AND as_of <= TIMESTAMP '2000-12-01 23:00:00.000000'")
@@ -66,6 +66,6 @@ def test_runs_retention_covers_exactly_the_hourly_chain_jobs():
 
 def test_retention_is_read_from_the_config():
     config = load_config(overrides=["retention.candidates_hours=5", "retention.runs_hours=100"])
-    rules = {rule.table: rule for rule in retention_rules(config)}
+    rules = {rule.table: rule for rule in retention_rules(config, HOURLY_JOBS)}
     assert rules["candidates"].hours == 5 and rules["runs"].hours == 100
     assert RetentionRule("t", "ts", 1.5).predicate(AS_OF) == "ts <= TIMESTAMP '2000-12-01 23:30:00.000000'"
