@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> None:
     for number, tick in enumerate(ticks):
         tick_started = time.perf_counter()
         with open_tick(spark, config, tick, batch_audit=False) as context:
-            prepared = prepare_views(spark, config, tick, speculator, tick=context)
+            prepared = prepare_views(spark, config, tick, speculator=speculator, tick=context)
             phases["views"] += time.perf_counter() - tick_started
             sets, fm_passes, cached = ranked_sets(spark, config, tick, prepared.final, baseline_weights, phases, sweep,
                                                  context)

@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
                               id_mode=args.id_mode, csv_delimiter=args.delimiter)
         spark = get_spark(config, "ingest")
         if args.validate_only:
-            report = stage.validate(spark, config, spec, args.as_of, now, samples=args.samples)
+            report = stage.validate(spark, config, spec, args.as_of, now=now, samples=args.samples)
             print(report.render())
             return EXIT_OK if report.clean else EXIT_WOULD_QUARANTINE
-        result = stage.ingest(spark, config, spec, args.as_of, args.run_id or f"ingest-{spec.dataset}", now)
+        result = stage.ingest(spark, config, spec, args.as_of, args.run_id or f"ingest-{spec.dataset}", now=now)
         print(f"events: {result.events_path}  valid={result.rows_valid} quarantined={result.rows_quarantined}")
         return EXIT_OK
 

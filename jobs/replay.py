@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> None:
         config = config_from_args(args)
         spark = get_spark(config, "replay")
-        summary = driver.run(spark, config, args.start, args.end, args.step_hours, args.force)
+        summary = driver.run(spark, config, args.start, args.end, step_hours=args.step_hours, force=args.force)
         for cycle in summary:
             print(driver.summary_line(cycle))
         print(f"replayed {len(summary)} ticks into {config.table_path('pair_embeddings')}")

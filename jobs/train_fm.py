@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         seed = config.seed if args.seed is None else args.seed
         device = pick_device(args.device != "cpu") if args.device != "cuda" else "cuda"
         folder, validation = stage.run(get_spark(config, "train-fm"), config, args.as_of,
-                                       args.run_id or f"train_fm-{utc_stamp(args.as_of)}-s{seed}", seed,
-                                       config.resolve_under_warehouse(args.output), device)
+                                       args.run_id or f"train_fm-{utc_stamp(args.as_of)}-s{seed}", seed=seed,
+                                       output=config.resolve_under_warehouse(args.output), device=device)
         print(f"fm checkpoint: {folder} (fm_version {folder.name}, valid NE {validation['ne']:.4f})")
 
     return run_job("train-fm", body)

@@ -37,8 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         teacher = stage.load_teacher(config, args.fm) if args.variant == "distilled" else None
         folder, validation = stage.run(
             get_spark(config, f"train-vm-{args.variant}"), config, args.as_of,
-            args.run_id or f"train_vm_{args.variant}-{utc_stamp(args.as_of)}-s{seed}", seed, args.variant,
-            config.resolve_under_warehouse(args.output or f"models/vm_{args.variant}"), teacher)
+            args.run_id or f"train_vm_{args.variant}-{utc_stamp(args.as_of)}-s{seed}", seed=seed,
+            variant=args.variant, output=config.resolve_under_warehouse(args.output or f"models/vm_{args.variant}"),
+            teacher=teacher)
         print(f"vm checkpoint: {folder} (version {folder.name}, valid NE {validation['ne']:.4f})")
 
     return run_job("train-vm", body)

@@ -56,8 +56,8 @@ def _done_ticks(spark: SparkSession, config: SolarisConfig, wanted: set[str]) ->
     return RunsLog.of(spark, config).succeeded(LAST_MEASURE, wanted)
 
 
-def run(spark: SparkSession, config: SolarisConfig, start: datetime, end: datetime, step_hours: float = 1.0,
-        force: bool = False, *, vacuum: bool = True) -> list[CycleResult]:
+def run(spark: SparkSession, config: SolarisConfig, start: datetime, end: datetime, *, step_hours: float = 1.0,
+        force: bool = False, vacuum: bool = True) -> list[CycleResult]:
     """Run :func:`solaris.pipeline.run_cycle` (with the replay measurements) at every tick.
 
     ``vacuum``: VACUUM once, at the last tick (Delta's 7-day guard stays on, so it removes only

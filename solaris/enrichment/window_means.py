@@ -34,7 +34,7 @@ class WindowMeans:
     version: int | None
 
 
-def make_aggregator(dim: int, key: str, as_of_s: int, mode: str, half_life_hours: float, l2_normalize: bool,
+def make_aggregator(dim: int, key: str, as_of_s: int, *, mode: str, half_life_hours: float, l2_normalize: bool,
                     min_pairs: int = 1) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: rows sorted by ``key`` within the partition -> one row per key."""
 
@@ -90,8 +90,9 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
         .select(key, other, "embedding", F.unix_seconds("computed_at").alias("computed_s"), "fm_version")
         .sortWithinPartitions(key, other)
     )
-    aggregator = make_aggregator(dim, key, int(as_of.timestamp()), enrichment.aggregation, enrichment.half_life_hours,
-                                 enrichment.l2_normalize, min_pairs)
+    aggregator = make_aggregator(dim, key, int(as_of.timestamp()), mode=enrichment.aggregation,
+                                 half_life_hours=enrichment.half_life_hours, l2_normalize=enrichment.l2_normalize,
+                                 min_pairs=min_pairs)
     means = pairs.mapInArrow(aggregator, f"{key} long, embedding binary, n_pairs int, fm_version string")
     constants = {"window_start": window_start, "window_end": as_of, "computed_at": as_of, "expires_at": expiry,
                  "run_id": run_id}

@@ -223,7 +223,7 @@ def _solve(adapter: TierAdapter, offset: torch.Tensor, label: torch.Tensor, vect
         torch.set_num_threads(threads)
 
 
-def _check_inputs(spec: AdapterSpec, body_logits: np.ndarray, labels: np.ndarray, ts_seconds: np.ndarray,
+def _check_inputs(spec: AdapterSpec, *, body_logits: np.ndarray, labels: np.ndarray, ts_seconds: np.ndarray,
                   vectors: np.ndarray, tiers: np.ndarray) -> None:
     """One row per label in every input, vectors of the spec's width, nothing NaN or infinite."""
     if spec.age:
@@ -262,7 +262,7 @@ def fit_adapter(
     rows. ``body_logits`` must be out of sample for these rows (the VM before it saw them).
     Deterministic: no sampling, and the solver runs on one thread.
     """
-    _check_inputs(spec, body_logits, labels, ts_seconds, vectors, tiers)
+    _check_inputs(spec, body_logits=body_logits, labels=labels, ts_seconds=ts_seconds, vectors=vectors, tiers=tiers)
     train, valid = time_split(ts_seconds, validation_fraction)
     offset = torch.as_tensor(np.asarray(body_logits, dtype=np.float32))
     label = torch.as_tensor(np.asarray(labels, dtype=np.float32))

@@ -113,7 +113,7 @@ def tick_histories(spark: SparkSession, config: SolarisConfig, tick: Tick | None
     return kept
 
 
-def user_vectors(spark: SparkSession, config: SolarisConfig, as_of: datetime, fm_dir: str,
+def user_vectors(spark: SparkSession, config: SolarisConfig, as_of: datetime, *, fm_dir: str,
                  represent: Callable[[DataFrame], DataFrame],
                  users: DataFrame | None = None, tick: Tick | None = None) -> tuple[DataFrame, bool]:
     """The FM's user representations at ``as_of`` (``user_id``, ``vector``) -> (frame, owned).

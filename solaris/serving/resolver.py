@@ -282,7 +282,7 @@ class Neighbors:
 
     @classmethod
     def build(cls, user_ids: ArrayLike, offsets: ArrayLike, flat_neighbor_ids: ArrayLike,
-              flat_similarities: ArrayLike, min_neighbors: int = 1, min_similarity: float = 0.0) -> "Neighbors":
+              flat_similarities: ArrayLike, *, min_neighbors: int = 1, min_similarity: float = 0.0) -> "Neighbors":
         """From list columns in Arrow's layout: user ``r``'s neighbours are ``flat[offsets[r]:offsets[r + 1]]``."""
         users = np.asarray(user_ids, dtype=np.int64)
         starts = np.asarray(offsets, dtype=np.int64)
@@ -550,7 +550,7 @@ def load_neighbors(path: str, version: int | None, min_neighbors: int, min_simil
     if not (ids.offsets.to_numpy() == sims.offsets.to_numpy()).all():
         raise ValueError(f"{path}: neighbor_ids and similarities differ in length for some user")
     return Neighbors.build(table["user_id"].to_numpy(), ids.offsets.to_numpy(), ids.values.to_numpy(),
-                           sims.values.to_numpy(), min_neighbors, min_similarity)
+                           sims.values.to_numpy(), min_neighbors=min_neighbors, min_similarity=min_similarity)
 
 
 # Tier table -> the columns that key it (a snapshot without a tier's table serves that tier empty).

@@ -112,8 +112,9 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
     # the fast lane represents only the users it needs; the hourly cycle shares every user's vector
     # with the KNN stage of the same tick (user_vectors), a superset that the joins below narrow
     wanted = window.select("user_id").union(active).distinct() if only_users is not None else None
-    vectors, owned = user_vectors(spark, config, as_of, str(fm_dir),
-                                  user_representation_step(str(fm_dir), config, as_of), wanted, tick)
+    vectors, owned = user_vectors(spark, config, as_of, fm_dir=str(fm_dir),
+                                  represent=user_representation_step(str(fm_dir), config, as_of), users=wanted,
+                                  tick=tick)
     items = (window.select("user_id", "item_id").distinct().join(vectors, "user_id")
              .groupBy("item_id").applyInPandas(make_item_averager(dim), ITEM_SCHEMA)
              .orderBy("item_id").toArrow())  # the catalog's vectors: one row per item, like KNN's centroids
@@ -136,7 +137,7 @@ def retrieval_parts(spark: SparkSession, config: SolarisConfig, as_of: datetime,
 
 
 def prepare_views(spark: SparkSession, config: SolarisConfig, as_of: datetime,
-                  speculator: Speculator | None, users: DataFrame | None = None, tick: Tick | None = None
+                  *, speculator: Speculator | None, users: DataFrame | None = None, tick: Tick | None = None
                   ) -> PreparedViews:
     """Register the views of sql/candidates.sql (``source_parts``, ``features``, ``candidate_pairs``...)
     for events <= as_of; the caller releases what they cached (:meth:`PreparedViews.release`).
@@ -285,13 +286,13 @@ def _materialise(frame: DataFrame) -> DataFrame:
 
 
 def build_candidates(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str,
-                     speculator: Speculator | None = None, users: DataFrame | None = None,
+                     *, speculator: Speculator | None = None, users: DataFrame | None = None,
                      tick: Tick | None = None) -> tuple[DataFrame, PreparedViews]:
     """DataFrame of this run's candidates (contract columns), computed from events <= as_of
     (for ``users`` only when given), and the prepared views it reads (release them once it is written)."""
     from pyspark.sql import functions as F
 
-    prepared = prepare_views(spark, config, as_of, speculator, users, tick)
+    prepared = prepare_views(spark, config, as_of, speculator=speculator, users=users, tick=tick)
     horizon_end = as_of + timedelta(hours=config.precompute.horizon_hours)
     return spark.sql(prepared.final).select(
         F.lit(run_id).alias("run_id"), "user_id", "item_id", "source", "spec_score", "request_score",
@@ -319,7 +320,8 @@ def run(step: StepContext, *, options: CandidatesOptions) -> CandidatesResult:
     speculator = load_speculator(config, as_of)
     learned = speculator is not None and config.precompute.candidates.blend == "learned"
     blend = f"learned {speculator.version}" if learned and speculator is not None else "hand"
-    frame, prepared = build_candidates(spark, config, as_of, run_id, speculator, users, tick)
+    frame, prepared = build_candidates(spark, config, as_of, run_id, speculator=speculator, users=users,
+                                       tick=tick)
     table = Table.of(spark, config, "candidates")
     try:
         table.write(frame, run_id)

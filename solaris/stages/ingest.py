@@ -335,7 +335,7 @@ def ingest(
     spec: SourceSpec,
     as_of: datetime | None,
     run_id: str,
-    now: datetime | None = None,
+    *, now: datetime | None = None,
 ) -> IngestResult:
     """Validate ``spec``'s rows and write them: valid to ``events``, rejected to ``quarantine``.
 
@@ -365,7 +365,7 @@ def ingest(
             F.to_json(F.struct(*RAW_COLUMNS)).alias("payload"),
             F.lit(seen_at).cast("timestamp").alias("seen_at"),
         )
-        write_quarantine(spark, config, rejected, "events", run_id)
+        write_quarantine(spark, config, rejected, source_table="events", run_id=run_id)
 
         id_rows = _id_map_rows(valid, classified.id_is_int, spec.dataset)
         if id_rows is not None:
@@ -408,7 +408,7 @@ def validate(
     config: SolarisConfig,
     spec: SourceSpec,
     as_of: datetime | None,
-    now: datetime | None = None,
+    *, now: datetime | None = None,
     samples: int = 3,
 ) -> ValidationReport:
     """Everything :func:`ingest` checks, without writing anything (no table, no ``runs`` row).

@@ -126,7 +126,7 @@ def run(step: StepContext, *, options: KnnOptions) -> KnnResult:
     record = RunRecord(run_id=run_id, job="knn", as_of=as_of)
     # shared with the retrieval source of candidates inside a tick
     representation = user_representation_step(str(fm_dir), config, as_of)
-    vectors, owned = user_vectors(spark, config, as_of, str(fm_dir), representation, tick=tick)
+    vectors, owned = user_vectors(spark, config, as_of, fm_dir=str(fm_dir), represent=representation, tick=tick)
     neighbors = None
     try:
         n_users = vectors.count()
@@ -139,7 +139,8 @@ def run(step: StepContext, *, options: KnnOptions) -> KnnResult:
         index_seconds = time.perf_counter() - index_start
 
         search_start = time.perf_counter()
-        neighbors, local = _search_and_write(spark, config, index, vectors, fm_meta["version"], as_of, run_id)
+        neighbors, local = _search_and_write(spark, config, index, vectors, fm_version=fm_meta["version"],
+                                                   as_of=as_of, run_id=run_id)
         path = config.table_path("user_neighbors")
         search_seconds = time.perf_counter() - search_start
 
@@ -147,7 +148,7 @@ def run(step: StepContext, *, options: KnnOptions) -> KnnResult:
         if local is not None:
             recall = _driver_recall(local, query_ids, query_vectors, k)
         else:
-            recall = _recall(spark, vectors, neighbors, query_ids, query_vectors, k, dim)
+            recall = _recall(spark, vectors, neighbors, query_ids=query_ids, query_vectors=query_vectors, k=k, dim=dim)
         recall_seconds = time.perf_counter() - recall_start
         version, rows_out = _written(spark, path)
         record.rows_in, record.rows_out = n_users, rows_out
@@ -212,7 +213,8 @@ def _cluster_index(config: SolarisConfig, vectors: DataFrame, n_users: int, fm_v
         nprobe, curve = knn.choose_nprobe(population, centroids, k=k, target=enrichment.knn_target_recall,
                                           population_fraction=len(population) / n_users, seed=config.seed)
         sample_recall = float(curve[nprobe - 1])
-        _save_index(index_dir, as_of, n_users, centroids, nprobe, sample_recall)
+        _save_index(index_dir, as_of, n_users=n_users, centroids=centroids, nprobe=nprobe,
+                    sample_recall=sample_recall)
     if enrichment.knn_nprobe:
         nprobe = min(enrichment.knn_nprobe, centroids.shape[0])
     if on_driver and not knn.fits_driver(n_users, nprobe, k, enrichment.knn_driver_max_users):
@@ -224,7 +226,7 @@ def _cluster_index(config: SolarisConfig, vectors: DataFrame, n_users: int, fm_v
 
 
 def _search_and_write(spark: SparkSession, config: SolarisConfig, index: _ClusterIndex, vectors: DataFrame,
-                      fm_version: str, as_of: datetime, run_id: str) -> tuple[DataFrame, _DriverSearch | None]:
+                      *, fm_version: str, as_of: datetime, run_id: str) -> tuple[DataFrame, _DriverSearch | None]:
     """Every user's k nearest neighbours through ``index`` (on the driver or in Spark), written over
     ``user_neighbors`` -> (the written rows, persisted after a Spark search; the driver search)."""
     from pyspark import StorageLevel
@@ -270,7 +272,7 @@ def _stored_indexes(directory: Path) -> list[tuple[float, int, Path]]:
     return found
 
 
-def _save_index(directory: Path, as_of: datetime, n_users: int, centroids: np.ndarray, nprobe: int,
+def _save_index(directory: Path, as_of: datetime, *, n_users: int, centroids: np.ndarray, nprobe: int,
                 sample_recall: float) -> None:
     """Store the centroids and nprobe trained at ``as_of`` (temporary file, then an atomic rename)."""
     import numpy as np
@@ -394,7 +396,7 @@ def _merge_candidates(candidates: DataFrame, k: int) -> DataFrame:
                          F.transform(best, lambda c: -c["neg"]).alias("similarities"), "cluster_id")
 
 
-def _recall(spark: SparkSession, vectors: DataFrame, neighbors: DataFrame, query_ids: np.ndarray,
+def _recall(spark: SparkSession, vectors: DataFrame, neighbors: DataFrame, *, query_ids: np.ndarray,
             query_vectors: np.ndarray, k: int, dim: int) -> float:
     """Recall@k of the written neighbours against exact search, on the query sample, in one action.
 

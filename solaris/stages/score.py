@@ -242,7 +242,7 @@ def write_pairs(spark: SparkSession, config: SolarisConfig, verified: DataFrame,
         F.count("*").alias("verified"), F.count_if(F.col("quarantine_reason").isNotNull()).alias("quarantined")
     ).collect()[0]
     n_verified, n_quarantined = int(counts["verified"]), int(counts["quarantined"])
-    write_quarantine(spark, config, bad, "pair_embeddings", run_id, n_rejected=n_quarantined)
+    write_quarantine(spark, config, bad, source_table="pair_embeddings", run_id=run_id, n_rejected=n_quarantined)
     # Append-only history (trimmed by expire) for the 24 h user aggregates, which outlive the TTL.
     log_rows = good.withColumn("computed_date", F.to_date("computed_at"))
     # the same rows for both writes, computed once (None: Spark writes both from the frames)
@@ -322,8 +322,8 @@ def _verify(frame: DataFrame, column: str, rule: VerifierConfig) -> Verified:
     else:
         # the threshold: the smallest score above the (budget + 1)-th largest, so ties at the
         # boundary all fall out rather than overshoot the budget
-        boundary = _kth_largest(ranked.where(eligible), column, budget + 1, n_eligible, float(stats["lowest"]),
-                                float(stats["highest"]))
+        boundary = _kth_largest(ranked.where(eligible), column, budget + 1, n_eligible, low=float(stats["lowest"]),
+                                high=float(stats["highest"]))
         threshold = float("inf") if boundary.next_above is None else boundary.next_above
     passing = score >= F.lit(float(threshold)) if threshold != float("inf") else F.lit(False)
     kept = ranked.where(in_floor | (decided & passing)).drop("_rank")
@@ -336,7 +336,7 @@ HISTOGRAM_BUCKETS = 65_536
 COLLECT_BELOW = 65_536
 
 
-def _kth_largest(frame: DataFrame, column: str, k: int, n: int, low: float, high: float,
+def _kth_largest(frame: DataFrame, column: str, k: int, n: int, *, low: float, high: float,
                  buckets: int = HISTOGRAM_BUCKETS, collect_below: int = COLLECT_BELOW) -> Boundary:
     """The ``k``-th largest of ``column`` (``n`` values in ``[low, high]``), exactly, and the
     smallest value above it, without collecting the values above it (that would grow with the

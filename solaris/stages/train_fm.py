@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("solaris.train_fm")
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, seed: int, output: Path,
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, seed: int, output: Path,
         device: str | torch.device) -> tuple[Path, dict[str, float]]:
     """Train on the events up to ``as_of``, save the checkpoint under ``output``; its folder and validation."""
     record = RunRecord(run_id=run_id, job="train_fm", as_of=as_of)

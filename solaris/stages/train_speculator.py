@@ -55,7 +55,7 @@ def labelled_features(spark: SparkSession, config: SolarisConfig, tick: datetime
     from pyspark.sql import functions as F
 
     pre = config.precompute
-    prepared = prepare_views(spark, config, tick, None)
+    prepared = prepare_views(spark, config, tick, speculator=None)
     later = Events.of(spark, config).window(since=tick, until=tick + timedelta(hours=pre.ttl_hours))
     labels = later.groupBy("user_id", "item_id").agg(
         F.max(F.col("ts") <= F.lit(tick + timedelta(hours=pre.horizon_hours))).alias("in_horizon"))

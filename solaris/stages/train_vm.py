@@ -42,7 +42,7 @@ def load_teacher(config: SolarisConfig, fm: str) -> tuple[FoundationModel, str]:
     return cast("FoundationModel", teacher), str(meta["version"])
 
 
-def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, seed: int, variant: str,
+def run(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, seed: int, variant: str,
         output: Path, teacher: tuple[FoundationModel, str] | None = None) -> tuple[Path, dict[str, float]]:
     """Train ``variant`` on the events up to ``as_of`` (with ``teacher``'s soft labels when given), save the
     checkpoint under ``output``; its folder and validation."""

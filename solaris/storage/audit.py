@@ -29,7 +29,7 @@ def write_quarantine(
     spark: "SparkSession",
     config: SolarisConfig,
     rejected: "DataFrame",
-    source_table: str,
+    *, source_table: str,
     run_id: str,
     n_rejected: int | None = None,
 ) -> None:

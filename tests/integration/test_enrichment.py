@@ -276,13 +276,14 @@ def test_a_tick_represents_its_users_once_for_retrieval_and_knn(spark, replayed)
         return sorted((tuple(row[:2]), tuple(tuple(value) if isinstance(value, list) else value for value in row[2:]))
                       for row in frame.collect())
 
-    alone, alone_owned = user_vectors(spark, config, as_of, fm, step)
+    alone, alone_owned = user_vectors(spark, config, as_of, fm_dir=fm, represent=step)
     features_alone = features(candidate_features(spark, config, pairs, as_of))
     with open_tick(spark, config, as_of, batch_audit=False) as tick:
         assert tick_histories(spark, config, tick, create=False) is None  # only the representations build them
-        first, first_owned = user_vectors(spark, config, as_of, fm, step, tick=tick)
-        second, second_owned = user_vectors(spark, config, as_of, fm, step, tick=tick)
-        lane, lane_owned = user_vectors(spark, config, as_of, fm, step, first.select("user_id").limit(3), tick)
+        first, first_owned = user_vectors(spark, config, as_of, fm_dir=fm, represent=step, tick=tick)
+        second, second_owned = user_vectors(spark, config, as_of, fm_dir=fm, represent=step, tick=tick)
+        lane, lane_owned = user_vectors(spark, config, as_of, fm_dir=fm, represent=step,
+                                            users=first.select("user_id").limit(3), tick=tick)
         assert first is second and not first_owned and not second_owned
         assert lane_owned and lane is not first and lane.count() == 3
         shared = sorted((row.user_id, bytes(row.vector)) for row in first.collect())

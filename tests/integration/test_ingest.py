@@ -89,7 +89,7 @@ def test_bad_rows_are_quarantined_with_reasons(spark, make_config, tmp_path):
     path.write_text("user_id,item_id,timestamp,rating\n" + "\n".join(good + list(BAD_ROWS.values())) + "\n")
     config = make_config()
     as_of = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    result = ingest(spark, config, resolve_source(str(path), id_mode="int"), as_of, "ingest-bad", NOW)
+    result = ingest(spark, config, resolve_source(str(path), id_mode="int"), as_of, "ingest-bad", now=NOW)
     assert result.rows_valid == 2
     assert result.rows_in == result.rows_valid + result.rows_quarantined == len(good) + len(BAD_ROWS)
     quarantine = _table(spark, config, "quarantine").collect()
@@ -182,7 +182,7 @@ def test_a_few_bad_ids_are_quarantined_and_never_rekey_the_column(spark, make_co
     config = make_config()
     spec = resolve_source(str(path))  # default --id-mode auto
     with caplog.at_level(logging.WARNING, logger="solaris.ingest"):
-        result = ingest(spark, config, spec, None, "ingest-ratings", NOW)
+        result = ingest(spark, config, spec, None, "ingest-ratings", now=NOW)
     assert (result.rows_in, result.rows_valid, result.rows_quarantined) == (36, 30, 6)
     assert result.rows_valid + result.rows_quarantined == len(GOOD) + len(BAD_IDS)  # nothing lost
 
@@ -202,7 +202,7 @@ def test_a_few_bad_ids_are_quarantined_and_never_rekey_the_column(spark, make_co
 
     # re-ingest of the same file (same run id, as `solaris ingest` defaults it): tables unchanged
     before = {name: table_checksum(config.table_path(name)) for name in ("events", "quarantine")}
-    again = ingest(spark, config, spec, None, "ingest-ratings", NOW)
+    again = ingest(spark, config, spec, None, "ingest-ratings", now=NOW)
     assert (again.rows_valid, again.rows_quarantined) == (30, 6)
     assert {name: table_checksum(config.table_path(name)) for name in ("events", "quarantine")} == before
 
@@ -214,7 +214,7 @@ def test_a_string_id_file_is_hashed_and_id_map_round_trips(spark, make_config, t
     path = _write_csv(tmp_path / "clicks.csv", lines)
     config = make_config()
     with caplog.at_level(logging.WARNING, logger="solaris.ingest"):
-        result = ingest(spark, config, resolve_source(str(path)), None, "ingest-clicks", NOW)
+        result = ingest(spark, config, resolve_source(str(path)), None, "ingest-clicks", now=NOW)
     assert (result.rows_valid, result.rows_quarantined) == (15, 0)
     assert [mode.hashed for mode in result.id_modes] == [True, True]
     assert any("only 3 of 15 values" in r.getMessage() and "hashed" in r.getMessage() for r in caplog.records)
@@ -233,7 +233,7 @@ def test_a_string_id_file_is_hashed_and_id_map_round_trips(spark, make_config, t
 def test_explicit_string_mode_hashes_an_integer_file(spark, make_config, tmp_path):
     path = _write_csv(tmp_path / "ints.csv", GOOD[:6] + ["-5,100,1767225600,4"])
     config = make_config()
-    result = ingest(spark, config, resolve_source(str(path), id_mode="string"), None, "ingest-s", NOW)
+    result = ingest(spark, config, resolve_source(str(path), id_mode="string"), None, "ingest-s", now=NOW)
     assert (result.rows_valid, result.rows_quarantined) == (7, 0)  # "-5" is a fine string id
     users = {r["raw_id"]: r["id"] for r in _table(spark, config, "id_map").where("namespace = 'user'").collect()}
     assert users == {raw: stable_id("user", raw) for raw in ("1", "2", "-5")}
@@ -272,7 +272,7 @@ def test_timestamps_outside_floor_and_wall_clock_are_quarantined(spark, make_con
     lines = [f"{n + 1},{200 + n},{raw},4" for n, raw in enumerate(TIMES)]
     path = _write_csv(tmp_path / "times.csv", lines)
     config = make_config()
-    result = ingest(spark, config, resolve_source(str(path)), None, "ingest-times", NOW)  # no --as-of
+    result = ingest(spark, config, resolve_source(str(path)), None, "ingest-times", now=NOW)  # no --as-of
     bad = Counter(reason for reason in TIMES.values() if reason)
     assert (result.rows_valid, result.rows_quarantined) == (len(TIMES) - sum(bad.values()), sum(bad.values()))
     assert result.reasons == dict(bad)
@@ -305,7 +305,7 @@ def test_parquet_input_follows_the_same_rules(spark, make_config, tmp_path):
     path = tmp_path / "events.parquet"
     frame.to_parquet(path)
     config = make_config()
-    result = ingest(spark, config, resolve_source(str(path)), None, "ingest-pq", NOW)
+    result = ingest(spark, config, resolve_source(str(path)), None, "ingest-pq", now=NOW)
     assert result.rows_in == len(frame) and (result.rows_valid, result.rows_quarantined) == (2, 4)
     assert result.reasons == {"negative user_id": 1, "non-integer user_id": 1, "missing item_id": 1,
                               "timestamp in the future": 1}

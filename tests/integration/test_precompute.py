@@ -251,7 +251,7 @@ def test_the_kth_largest_found_in_bounded_steps_equals_sorting(spark):
     frame = spark.createDataFrame(pd.DataFrame({"s": values}))
     ordered = np.sort(values)[::-1]
     for k in (1, 2, 17, 120, 301, 320, 451, 499, 500):
-        found = score_job._kth_largest(frame, "s", k, values.size, float(values.min()), float(values.max()),
+        found = score_job._kth_largest(frame, "s", k, values.size, low=float(values.min()), high=float(values.max()),
                                        buckets=4, collect_below=16)
         above = values[values > ordered[k - 1]]
         assert found.value == ordered[k - 1], k

@@ -152,7 +152,7 @@ def replay_window(
         target.append(Table.of(spark, config, "events").scan())
     ticks = window.ticks()
     # no VACUUM: under Delta's 7-day guard it would remove none of the files this replay wrote minutes ago
-    cycles = replay.run(spark, seed_config, ticks[0], window.end, window.step_hours, vacuum=False)
+    cycles = replay.run(spark, seed_config, ticks[0], window.end, step_hours=window.step_hours, vacuum=False)
     return ReplayOutcome(seed_config.seed, len(ticks), len(cycles), cleared, time.monotonic() - started)
 
 
