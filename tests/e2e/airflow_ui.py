@@ -121,6 +121,14 @@ class AirflowUI:
         instances = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances")["task_instances"]
         return {instance["task_id"]: instance["state"] for instance in instances}
 
+    def wait_until_unpaused(self, dag_id: str, *, timeout_s: float) -> None:
+        """Returns once ``dag_id`` is unpaused; the trigger form sends its unpause beside the trigger, unawaited."""
+        deadline = time.monotonic() + timeout_s
+        while self.get(f"/api/v2/dags/{dag_id}")["is_paused"]:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{dag_id} still paused after {timeout_s:.0f} s\n{self.log_tail()}")
+            time.sleep(1)
+
     def wait_for_run(self, dag_id: str, run_type: str, *, timeout_s: float) -> dict:
         """The first run of ``dag_id`` of that type, once it has finished; fails with its task states."""
         deadline = time.monotonic() + timeout_s

@@ -135,6 +135,8 @@ def test_replay_dag_then_the_next_hour_from_the_trigger_form_in_a_browser(tmp_pa
             page.screenshot(path=shots / "trigger-form.png")
             page.get_by_role("button", name="Trigger").last.click()
             page.wait_for_url("**/dags/solaris_precompute/runs/manual__*")
+            # the form fires "unpause" beside the trigger without awaiting it: leaving the page early cancels it
+            ui.wait_until_unpaused("solaris_precompute", timeout_s=60)
             # an open Airflow page polls the API every few seconds: the browser idles while the runs run
             page.goto("about:blank")
 
