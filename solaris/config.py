@@ -61,6 +61,8 @@ class SparkConfig(_Strict):
     ui_enabled: bool = False
     # Adaptive query execution (spark.sql.adaptive.enabled); why it is on: solaris/spark.py.
     adaptive: bool = True
+    # Whole-stage code generation (spark.sql.codegen.wholeStage); why it is on: solaris/spark.py.
+    whole_stage_codegen: bool = True
     jars_dir: str = "jars"
     arrow_max_records_per_batch: int = Field(10000, ge=1)
     # Compiled query classes kept per JVM (spark.sql.codegen.cache.maxEntries); why: solaris/spark.py.

@@ -167,6 +167,11 @@ def session_conf(config: SolarisConfig, master: str | None = None, one_stage: bo
         # (measured in BENCHMARKS.md), and large inputs need its run-time partition, skew and join
         # decisions, so it stays on by default.
         "spark.sql.adaptive.enabled": str(config.spark.adaptive).lower(),
+        # Whole-stage code generation compiles each query stage into one Java class: it pays back on
+        # the rows of an hourly tick, so it stays on by default. A run of many different queries over
+        # a few hundred rows each (the test suite) spends more CPU compiling than it saves, and may
+        # turn it off: the operators then run interpreted, with the same results.
+        "spark.sql.codegen.wholeStage": str(config.spark.whole_stage_codegen).lower(),
         # Spark compiles each query's generated Java code with Janino and keeps the compiled classes
         # in a cache keyed by the source text, 100 entries by default. One hourly tick asks for
         # several hundred distinct classes, so with 100 the cache is evicted within a tick and every

@@ -33,8 +33,14 @@ _SPARK = SparkConfig()
 # suite is CPU-bound (BENCHMARKS.md, "Test suite"). The JIT tier changes no result (Java arithmetic is
 # the same in every tier); production sessions keep C2, which pays back over hours of ticks.
 TEST_SESSION_JAVA_OPTIONS = f"{_SPARK.session_java_options} {_SPARK.one_stage_java_options}"
+# The same reasoning turns off whole-stage code generation and adaptive query execution in the tests'
+# sessions: compiling each query stage to Java, and re-planning a query between its shuffle stages
+# (each then a Spark job of its own), pay back on an hourly tick's rows, not on a test's few hundred;
+# neither changes a result (solaris/spark.py). Production keeps both, and so do the tests that run the
+# deployment's own config (tests/e2e, the demo).
 TEST_OVERRIDES = ["spark.master=local[2]", "spark.shuffle_partitions=2", "spark.driver_memory=2g",
-                  f"spark.session_java_options={TEST_SESSION_JAVA_OPTIONS}"]
+                  f"spark.session_java_options={TEST_SESSION_JAVA_OPTIONS}",
+                  "spark.whole_stage_codegen=false", "spark.adaptive=false"]
 
 SMALL = [
     "synthetic.chunks=2", "model.embedding_dim=16", "model.history_length=8", "model.fm.id_buckets=1024",

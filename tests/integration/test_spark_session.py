@@ -6,6 +6,8 @@ from solaris.spark import codegen_compilations
 
 def test_the_session_keeps_compiled_query_code_and_reuses_it(spark):
     assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == str(load_config().spark.codegen_cache_entries)
+    # the tests' settings (tests/world.py: why) reach the session; expressions are still compiled
+    assert spark.conf.get("spark.sql.codegen.wholeStage") == spark.conf.get("spark.sql.adaptive.enabled") == "false"
 
     def query():
         # a query shape no other test runs, so its first run must compile

@@ -26,6 +26,10 @@ def test_session_conf_has_delta_utc_arrow_and_local_jars():
     jars = conf["spark.jars"].split(",")
     assert any("delta-spark_" in jar for jar in jars) and any("delta-storage-" in jar for jar in jars)
     assert "spark.jars.packages" not in conf  # never an Ivy download at session start
+    # production keeps whole-stage code generation and adaptive execution; the tests turn both off
+    assert conf["spark.sql.codegen.wholeStage"] == conf["spark.sql.adaptive.enabled"] == "true"
+    tests = session_conf(load_config(overrides=["spark.whole_stage_codegen=false", "spark.adaptive=false"]))
+    assert tests["spark.sql.codegen.wholeStage"] == tests["spark.sql.adaptive.enabled"] == "false"
 
 
 def test_master_defaults_to_config():
