@@ -599,6 +599,22 @@ class FastLaneConfig(_Strict):
         return self
 
 
+class StreamConfig(_Strict):
+    """The incremental precompute (``solaris stream``, DAG ``solaris_stream``): a Structured Streaming
+    query over ``events`` that re-speculates, scores and publishes the users of each micro-batch.
+
+    Why: an FM value loses most of its edge over the real-time VM within minutes (issue 70), and the
+    hourly cycle serves values half an hour old on median. ``schedule`` is the Airflow cron of the
+    ``available-now`` runs; ``interval_seconds`` the trigger of a long-running ``processing-time`` query.
+    """
+
+    schedule: str = Field("*/5 * * * *", min_length=9)  # cron of DAG solaris_stream (an available-now run each)
+    interval_seconds: int = Field(60, ge=1)  # processing-time trigger: a micro-batch at most this often
+    # Delta's maxFilesPerTrigger: new events files per micro-batch (an available-now run splits a backlog)
+    max_files_per_trigger: int = Field(100, ge=1)
+    checkpoint_dir: str = "streams/precompute"  # under the warehouse: Spark's checkpoint and the start version
+
+
 class SolarisConfig(_Strict):
     warehouse: Path = Path("warehouse")
     seed: int = 42
@@ -612,6 +628,7 @@ class SolarisConfig(_Strict):
     enrichment: EnrichmentConfig = EnrichmentConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     fast_lane: FastLaneConfig = FastLaneConfig()
+    stream: StreamConfig = StreamConfig()
     retention: RetentionConfig = RetentionConfig()
 
     @model_validator(mode="after")

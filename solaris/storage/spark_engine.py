@@ -43,6 +43,15 @@ class SparkEngine:
             reader = reader.option("versionAsOf", version)
         return reader.load(path)
 
+    def changes(self, path: str, *, starting_version: int, max_files_per_trigger: int) -> DataFrame:
+        """The rows appended from ``starting_version`` on, as a streaming frame (commits that rewrite
+        rows are skipped: ``skipChangeCommits``)."""
+        return (self.spark.readStream.format("delta")
+                .option("startingVersion", str(starting_version))
+                .option("skipChangeCommits", "true")
+                .option("maxFilesPerTrigger", str(max_files_per_trigger))
+                .load(path))
+
     def ensure_table(self, frame: DataFrame, path: str, partition_by: Sequence[str]) -> None:
         """Create an empty table with ``frame``'s schema (and partitioning) unless one exists."""
         if not self.exists(path):

@@ -169,6 +169,18 @@ class Table:
         self.engine_for(Access.SPARK_PLAN)
         return self._spark().scan(self.path, version)
 
+    def changes(self, *, starting_version: int, max_files_per_trigger: int) -> DataFrame:
+        """The rows the table's commits add from ``starting_version`` on, as a Spark streaming frame
+        (``spark.readStream``): always Spark. The query's checkpoint, not this call, records how far
+        it got; ``max_files_per_trigger`` bounds the files of one micro-batch.
+
+        A commit that rewrites stored rows (a MERGE that updated some, a DELETE) is skipped whole
+        (Delta's ``skipChangeCommits``): only appended rows are new to a reader of changes.
+        """
+        self.engine_for(Access.SPARK_PLAN)
+        return self._spark().changes(self.path, starting_version=starting_version,
+                                     max_files_per_trigger=max_files_per_trigger)
+
     def frame(self, columns: Sequence[str] | None = None, *, servable_at: datetime | None = None) -> DataFrame:
         """The table (only its rows servable at ``servable_at`` when given) as a Spark frame.
 
