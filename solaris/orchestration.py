@@ -66,6 +66,18 @@ FAST_LANE_DEFAULT_ARGS = {
 }
 
 
+# The stream's available-now runs: every few minutes, one quick retry (the next run resumes anyway).
+STREAM_DEFAULT_ARGS = {
+    "retries": 1,
+    "retry_delay": timedelta(minutes=1),
+}
+
+
+def stream_schedule() -> str:
+    """Cron of the stream DAG's available-now runs: ``stream.schedule`` of the loaded config."""
+    return load_config().stream.schedule
+
+
 def fast_lane_schedule(interval_minutes: int | None = None) -> str:
     """Cron of the fast-lane DAG: every ``interval_minutes`` past each hour except :00.
 

@@ -184,7 +184,10 @@ def _pinned(spark: SparkSession, path: str) -> PinnedTable:
 
 @dataclass(frozen=True)
 class PublishOptions:
-    """None yet: ``enrichment.*`` settles the gate (a field here would be a per-run choice)."""
+    """``snapshot_id``: the manifest's name (None: ``snapshot-<as-of stamp>``, the hourly one; the
+    stream names its own: ``solaris.precompute.stream.snapshot_id``). ``enrichment.*`` settles the gate."""
+
+    snapshot_id: str | None = None
 
 
 def run(step: StepContext, *, options: PublishOptions) -> PublishResult:
@@ -216,7 +219,7 @@ def run(step: StepContext, *, options: PublishOptions) -> PublishResult:
         record.write(spark, config, "refused", tick)
         raise QualityGateError("snapshot refused, nothing published: " + "; ".join(reasons))
     manifest = Manifest(
-        snapshot_id=f"snapshot-{utc_stamp(as_of)}",
+        snapshot_id=options.snapshot_id or f"snapshot-{utc_stamp(as_of)}",
         as_of=as_of.isoformat(),
         run_id=run_id,
         embedding_dim=dim,

@@ -1,0 +1,101 @@
+"""The stream on real Spark + Delta: new events of a few users reach tier 1, tier 3 and serving; a
+run without new events, and a redo of a batch, change no table.
+
+The shared world after one hourly cycle at T0 (a snapshot is served, `user_neighbors` exists). The
+stream's first run records where it starts; then a few events of three of the world's users are
+appended to `events`, and an available-now run processes them.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from pyspark.sql import functions as F
+
+from solaris.drivers.stream import run_batch, run_stream
+from solaris.precompute.stream import UserEvents, plan_batch
+from solaris.serving.resolver import TIER_PAIR, Resolver
+from tests.conftest import table_checksum
+from tests.world import T0, copy_world
+
+TABLES = ("candidates", "pair_embeddings", "pair_embeddings_log", "user_embeddings", "runs")
+MOMENTS = (T0 + timedelta(minutes=10), T0 + timedelta(minutes=12), T0 + timedelta(minutes=20))
+
+
+def _table(spark, config, name):
+    return spark.read.format("delta").load(config.table_path(name))
+
+
+def _append_events(spark, config, users):
+    """Two events per user at MOMENTS (real items of the world), one Delta commit; -> the events."""
+    events = _table(spark, config, "events")
+    items = [row.item_id for row in events.select("item_id").distinct().orderBy("item_id").limit(6).collect()]
+    template = events.orderBy("event_id").first().asDict()
+    rows = [{**template, "event_id": 8_000_000 + index, "user_id": user, "item_id": items[index % len(items)],
+             "ts": MOMENTS[index % len(MOMENTS)], "event_date": MOMENTS[index % len(MOMENTS)].date()}
+            for index, user in enumerate(user for user in users for _ in range(2))]
+    spark.createDataFrame(rows, events.schema).write.format("delta").mode("append").save(config.table_path("events"))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def streamed(spark, served_template, tmp_path_factory):
+    config = copy_world(served_template, tmp_path_factory.mktemp("stream") / "warehouse")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(config.spark.arrow_max_records_per_batch))
+    first = run_stream(spark, config, trigger="available-now")  # records its start: after the world's events
+    users = [row.user_id for row in _table(spark, config, "pair_embeddings").select("user_id").distinct()
+             .orderBy("user_id").limit(3).collect()]
+    before = _table(spark, config, "pair_embeddings").where(~F.col("user_id").isin(users)).toPandas()
+    appended = _append_events(spark, config, users)
+    result = run_stream(spark, config, trigger="available-now")
+    return config, first, users, before, appended, result
+
+
+def test_new_events_reach_tier_1_tier_3_and_serving_for_their_users_only(spark, streamed):
+    config, first, users, before, appended, result = streamed
+    assert first.waiting and not first.batches
+    (batch,) = result.batches
+    as_of = max(MOMENTS)
+    assert batch.as_of == as_of and batch.users == len(users) and batch.events == len(appended)
+    assert batch.run_id == "stream-20260108T002000Z-b0" and batch.written > 0 and batch.manifest
+
+    pairs = _table(spark, config, "pair_embeddings").toPandas()
+    mine = pairs[pairs.run_id == batch.run_id]
+    assert len(mine) == batch.written and set(mine.user_id) <= set(users)
+    # point in time: computed at the batch's newest event, after every event it brought; TTL from there
+    assert (mine.computed_at == as_of.replace(tzinfo=None)).all()
+    assert all(row["ts"] <= as_of for row in appended)
+    assert (mine.expires_at - mine.computed_at == timedelta(hours=config.precompute.ttl_hours)).all()
+    log = _table(spark, config, "pair_embeddings_log").where(F.col("run_id") == batch.run_id).toPandas()
+    assert sorted(zip(log.user_id, log.item_id)) == sorted(zip(mine.user_id, mine.item_id))
+    # the other users' rows are untouched
+    others = pairs[~pairs.user_id.isin(users)]
+    key = ["user_id", "item_id"]
+    assert others.sort_values(key).reset_index(drop=True)[["user_id", "item_id", "run_id", "computed_at"]].equals(
+        before.sort_values(key).reset_index(drop=True)[["user_id", "item_id", "run_id", "computed_at"]])
+
+    aggregates = _table(spark, config, "user_embeddings").where(F.col("run_id") == batch.run_id).toPandas()
+    assert set(aggregates.user_id) == set(mine.user_id) and (aggregates.computed_at == as_of.replace(tzinfo=None)).all()
+
+    # serving: the stream's manifest is LATEST and serves the new pairs as tier 1, no hourly publish needed
+    assert (config.warehouse / "snapshots" / "LATEST").read_text().strip() == "snapshot-20260108T002000Z-stream-b0.json"
+    resolver = Resolver.from_snapshots(config.warehouse / "snapshots")
+    _, tiers, ages = resolver.resolve(mine.user_id.to_numpy(), mine.item_id.to_numpy(), as_of + timedelta(minutes=1))
+    assert (tiers == TIER_PAIR).all() and (ages == 60).all()
+    runs = _table(spark, config, "runs").where(F.col("run_id") == batch.run_id).toPandas()
+    assert set(runs.job) == {"stream", "candidates", "score", "user_aggregates", "publish"}
+
+
+def test_no_new_events_and_a_redo_of_a_batch_change_no_table(spark, streamed):
+    config, _, users, _, appended, result = streamed
+    (batch,) = result.batches
+    pinned = {name: table_checksum(config.table_path(name)) for name in TABLES}
+    assert run_stream(spark, config, trigger="available-now").batches == []
+    assert {name: table_checksum(config.table_path(name)) for name in TABLES} == pinned
+    # the same batch redone (a crash before Spark committed it): same run id, its rows replaced by equal ones
+    activity = [UserEvents(user, 2, max(row["ts"] for row in appended if row["user_id"] == user)) for user in users]
+    redo = run_batch(spark, config, plan_batch(batch.batch_id, activity))
+    assert redo.run_id == batch.run_id and redo.written == batch.written
+    for name in ("pair_embeddings", "pair_embeddings_log", "user_embeddings"):
+        assert table_checksum(config.table_path(name)) == pinned[name], name
