@@ -68,7 +68,7 @@ def test_new_events_reach_tier_1_tier_3_and_serving_for_their_users_only(spark, 
 
     pairs = _rows(config, "pair_embeddings")
     mine = pairs[pairs.run_id == batch.run_id]
-    assert len(mine) == batch.written and set(mine.user_id) <= set(users)
+    assert len(mine) == batch.written and set(mine.user_id) == set(users)  # each touched user, no other
     # point in time: computed at the batch's newest event, after every event it brought; TTL from there
     assert (mine.computed_at == as_of).all()
     assert all(row["ts"] <= as_of for row in appended)
