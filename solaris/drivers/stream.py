@@ -1,7 +1,8 @@
 """The incremental precompute: a Spark Structured Streaming query over ``events`` (the executor).
 
 The query reads the events appended to the Delta table (``Events.changes``: Delta's streaming source,
-from the version recorded at its first run, commits that rewrite stored events skipped) and, per
+from the version recorded at its first run; ingest only appends, by ``events``' ``insert_new`` rule,
+and a commit that rewrites stored events is skipped) and, per
 micro-batch (``foreachBatch``), runs the hourly stages for the batch's users only, at the batch's
 as-of and under its run id (the rules: :mod:`solaris.precompute.stream`):
 

@@ -90,6 +90,23 @@ class SparkEngine:
 
         with_commit_retry(write, f"MERGE into {path}")
 
+    def insert_new(self, frame: DataFrame, path: str, keys: Sequence[str], partition_by: Sequence[str] = ()) -> None:
+        """MERGE on ``keys`` inserting only the rows whose key is not stored (created on first use).
+
+        No matched clause: Delta commits an insert-only MERGE as an append (new files, none removed),
+        which a streaming reader with ``skipChangeCommits`` reads. ``frame`` must be unique on ``keys``.
+        """
+        from delta.tables import DeltaTable
+
+        def write() -> None:
+            self.ensure_table(frame, path, partition_by)
+            (DeltaTable.forPath(self.spark, path).alias("t")
+             .merge(frame.alias("s"), same_key(keys))
+             .whenNotMatchedInsertAll()
+             .execute())
+
+        with_commit_retry(write, f"insert-only MERGE into {path}")
+
     def replace_where(self, frame: DataFrame, path: str, predicate: str, partition_by: Sequence[str] = ()) -> None:
         """Atomically replace the rows matching the Spark SQL ``predicate`` with ``frame`` (one commit)."""
         writer = frame.write.format("delta")

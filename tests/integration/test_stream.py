@@ -105,3 +105,36 @@ def test_no_new_events_and_a_redo_of_a_batch_change_no_table(spark, streamed):
     assert redo.run_id == batch.run_id and redo.written == batch.written
     for name in ("pair_embeddings", "pair_embeddings_log", "user_embeddings"):
         assert table_checksum(config.table_path(name)) == pinned[name], name
+
+
+def test_a_reingest_overlapping_stored_events_hands_its_new_event_to_the_stream(spark, streamed):
+    """`events`' insert_new rule: an ingest-like write of stored events (one "corrected") plus a new
+    event of another user is committed as an append, so the stream processes the new event (an
+    update MERGE would have rewritten files, a commit the stream's source skips whole)."""
+    from solaris.storage.table import Table
+
+    config, _, users, _, appended, _ = streamed
+    pairs = _rows(config, "pair_embeddings")
+    newcomer = int(sorted(set(pairs.user_id) - set(users))[0])
+    moment = max(MOMENTS) + timedelta(minutes=5)
+    corrected = [{**row, "rating": (row["rating"] or 0.0) + 1.0, "ingest_run_id": "ingest-overlap"}
+                 for row in appended[:3]]
+    new = {**appended[0], "event_id": 8_100_000, "user_id": newcomer, "ts": moment, "event_date": moment.date(),
+           "ingest_run_id": "ingest-overlap"}
+    events = Table.of(spark, config, "events")
+    events.write(spark.createDataFrame([*corrected, new], _table(spark, config, "events").schema), "ingest-overlap")
+
+    stored = _rows(config, "events").set_index("event_id")
+    assert stored.loc[new["event_id"], "user_id"] == newcomer  # the new event is in
+    for row in corrected:  # a stored event is never rewritten: the correction is not applied
+        assert stored.loc[row["event_id"], "ingest_run_id"] == appended[0]["ingest_run_id"]
+        before = next(old["rating"] for old in appended if old["event_id"] == row["event_id"])
+        assert stored.loc[row["event_id"], "rating"] != row["rating"] and (
+            before is None or stored.loc[row["event_id"], "rating"] == before)
+    assert len(stored) == stored.index.nunique()
+
+    (batch,) = run_stream(spark, config, trigger="available-now").batches
+    assert batch.skipped is None and batch.events == 1 and batch.users == 1 and batch.as_of == moment
+    fresh = _rows(config, "pair_embeddings").query("run_id == @batch.run_id")
+    assert len(fresh) == batch.written > 0 and set(fresh.user_id) == {newcomer}
+    assert (fresh.computed_at == moment).all()
