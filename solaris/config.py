@@ -463,6 +463,7 @@ class EnrichmentConfig(_Strict):
     item_neighbors: int = Field(10, ge=0)  # tier 6: impute an item from this many nearest items (FM item space); 0: off
     item_neighbor_min_similarity: float = Field(0.0, ge=0, le=1)  # nearest items below this cosine are ignored
     item_catalog_hours: float = Field(168, gt=0)  # items imputed = items with an event in this window before as_of
+    # hourly manifests publish keeps (and the stream's since the oldest of them): the rollback window
     snapshots_kept: int = Field(24, ge=1)
     coverage_tolerance: float = Field(0.5, ge=0, le=1)  # refuse a snapshot whose coverage fell by more than this share
 

@@ -7,7 +7,8 @@ servable user-keyed tier; the item tiers serve any user, so they are counted in 
 snapshot with a failed check, or whose coverage fell by more than ``coverage_tolerance`` against
 the previous one, is refused: nothing is published and the reasons are logged and recorded in
 ``runs``. Otherwise the manifest (``warehouse/snapshots/<id>.json``) and ``LATEST`` are written
-atomically; the last ``snapshots_kept`` manifests are kept.
+atomically; the last ``snapshots_kept`` hourly manifests are kept, and the stream's since the
+oldest of them (:func:`solaris.serving.snapshots.manifests_to_prune`).
 
     solaris publish --as-of 2000-12-01T03:00:00Z
 """
