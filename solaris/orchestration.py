@@ -131,6 +131,20 @@ def events_arrived(as_of: str, *, window_minutes: int) -> bool:
     return False
 
 
+def stream_events_arrived() -> bool:
+    """The stream DAG's first task (a short-circuit): whether events were committed after what the
+    query's checkpoint records as processed (:func:`solaris.drivers.stream.events_to_process`: the
+    events table's log and the checkpoint files, no JVM). Why: an available-now run with nothing new
+    would still start a Spark driver every 5 minutes."""
+    from solaris.drivers.stream import events_to_process
+
+    if events_to_process(load_config()):
+        log.info("events committed after the stream's checkpoint: running")
+        return True
+    log.info("no events committed after the stream's checkpoint: nothing to process, the run is skipped")
+    return False
+
+
 def fast_lane_window_minutes() -> int:
     """The fast lane's tick window for :func:`events_arrived`: its schedule's interval, from the config."""
     return load_config().fast_lane.interval_minutes

@@ -55,6 +55,7 @@ from solaris.precompute.stream import (
     Trigger,
     UserEvents,
     events_since,
+    has_new_events,
     plan_batch,
     snapshot_id,
     start_plan,
@@ -172,6 +173,45 @@ def _record_start(path: Path, version: int) -> None:
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps({"starting_version": version}) + "\n")
     temporary.replace(path)
+
+
+def checkpoint_progress(query_dir: Path) -> tuple[int | None, bool]:
+    """From the query's checkpoint files (no Spark): the events version it reads next, and whether a
+    batch is logged but not committed. ``(None, False)``: no offset yet; ``(None, True)``: an offset
+    this does not understand (the query decides).
+
+    Spark writes ``offsets/<batch>`` before a batch (its last line: the Delta source's offset) and
+    ``commits/<batch>`` after it. The Delta offset of a batch that read through version ``v`` is
+    ``{"reservoirVersion": v + 1, "index": -1}`` (measured on delta-spark, a skipped change commit
+    included); a larger index means ``v`` was read in part, and it is read next too.
+    """
+    def numbered(folder: str) -> list[int]:
+        directory = query_dir / folder
+        return sorted(int(entry.name) for entry in directory.iterdir() if entry.name.isdigit()) \
+            if directory.is_dir() else []
+
+    offsets, commits = numbered("offsets"), numbered("commits")
+    if not offsets:
+        return None, False
+    if not commits or commits[-1] < offsets[-1]:
+        return None, True
+    try:
+        offset = json.loads((query_dir / "offsets" / str(offsets[-1])).read_text().splitlines()[-1])
+        return int(offset["reservoirVersion"]), False
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None, True
+
+
+def events_to_process(config: SolarisConfig) -> bool:
+    """Whether the stream has new events to process (:func:`solaris.precompute.stream.has_new_events`),
+    from the events table's log (``deltalake``) and the query's checkpoint files: no JVM."""
+    from solaris.storage.table import Table
+
+    root = checkpoint_root(config)
+    latest = Table.at(config.table_path("events")).version()  # None: no table yet
+    next_version, pending = checkpoint_progress(root / QUERY_DIR)
+    return has_new_events(latest, recorded_start=_recorded_start(root / START_FILE), next_version=next_version,
+                          pending=pending)
 
 
 def run_stream(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger) -> StreamResult:

@@ -156,3 +156,22 @@ def trigger_options(trigger: Trigger, interval_seconds: int) -> dict[str, object
             raise ValueError(f"interval_seconds must be >= 1, got {interval_seconds}")
         return {"processingTime": f"{interval_seconds} seconds"}
     raise ValueError(f"unknown trigger {trigger!r}; one of {', '.join(TRIGGERS)}")
+
+
+def has_new_events(latest: int | None, *, recorded_start: int | None, next_version: int | None,
+                   pending: bool) -> bool:
+    """Whether a run of the query has anything to do (the DAG's short-circuit, before any JVM).
+
+    ``latest``: the events table's latest version (None: no table); ``next_version``: the version the
+    query reads next, from its checkpoint's last committed offset (Delta's ``reservoirVersion``;
+    None: no offset yet); ``pending``: a batch logged but not committed (a killed run: redo it);
+    ``recorded_start``: the version recorded at the first run. Anything unknown runs: a first run
+    records its start, and the query itself decides.
+    """
+    if pending:
+        return True
+    if next_version is not None:
+        return latest is not None and latest >= next_version
+    if recorded_start is None:
+        return True
+    return start_plan(recorded_start, latest).start is not None

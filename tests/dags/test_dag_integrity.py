@@ -216,6 +216,7 @@ def test_stream_runs_the_available_now_query_on_the_configured_schedule(dagbag):
     dag = dagbag.dags["solaris_stream"]
     assert dag.max_active_runs == 1 and not dag.catchup
     assert dag.timetable.expression == load_config().stream.schedule
-    (task,) = dag.tasks
+    task = dag.get_task("stream")
+    assert set(dag.task_ids) == {"events_arrived", "stream"} and task.upstream_task_ids == {"events_arrived"}
     assert task.task_type == "SparkSubmitOperator" and Path(task.application).stem == "stream"
     assert list(task.application_args) == ["--trigger", "available-now"]

@@ -111,9 +111,11 @@ def test_a_reingest_overlapping_stored_events_hands_its_new_event_to_the_stream(
     """`events`' insert_new rule: an ingest-like write of stored events (one "corrected") plus a new
     event of another user is committed as an append, so the stream processes the new event (an
     update MERGE would have rewritten files, a commit the stream's source skips whole)."""
+    from solaris.drivers.stream import events_to_process
     from solaris.storage.table import Table
 
     config, _, users, _, appended, _ = streamed
+    assert not events_to_process(config)  # the DAG's check on the real checkpoint: all processed
     pairs = _rows(config, "pair_embeddings")
     newcomer = int(sorted(set(pairs.user_id) - set(users))[0])
     moment = max(MOMENTS) + timedelta(minutes=5)
@@ -133,8 +135,10 @@ def test_a_reingest_overlapping_stored_events_hands_its_new_event_to_the_stream(
             before is None or stored.loc[row["event_id"], "rating"] == before)
     assert len(stored) == stored.index.nunique()
 
+    assert events_to_process(config)
     (batch,) = run_stream(spark, config, trigger="available-now").batches
     assert batch.skipped is None and batch.events == 1 and batch.users == 1 and batch.as_of == moment
     fresh = _rows(config, "pair_embeddings").query("run_id == @batch.run_id")
     assert len(fresh) == batch.written > 0 and set(fresh.user_id) == {newcomer}
     assert (fresh.computed_at == moment).all()
+    assert not events_to_process(config)

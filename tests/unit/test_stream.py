@@ -3,6 +3,7 @@ where the query starts, its trigger (no Spark)."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -14,6 +15,7 @@ from solaris.precompute.stream import (
     UserEvents,
     events_since,
     events_window_hours,
+    has_new_events,
     plan_batch,
     run_id,
     snapshot_id,
@@ -99,3 +101,64 @@ def test_stream_settings_are_in_the_typed_config():
     config = load_config(overrides=["stream.interval_seconds=15", "stream.max_files_per_trigger=3"])
     assert config.stream.interval_seconds == 15 and config.stream.max_files_per_trigger == 3
     assert config.resolve_under_warehouse(config.stream.checkpoint_dir).is_relative_to(config.warehouse.resolve())
+
+
+def test_a_run_has_work_when_the_table_passed_the_checkpoint_or_a_batch_is_pending():
+    # the checkpoint's last committed offset names the version read next
+    assert not has_new_events(7, recorded_start=3, next_version=8, pending=False)
+    assert has_new_events(8, recorded_start=3, next_version=8, pending=False)
+    assert has_new_events(7, recorded_start=3, next_version=8, pending=True)  # a killed batch: redo it
+    assert not has_new_events(None, recorded_start=3, next_version=8, pending=False)
+    # no offset yet: the recorded start (a first run, nothing recorded, always runs: it records)
+    assert not has_new_events(2, recorded_start=3, next_version=None, pending=False)
+    assert has_new_events(3, recorded_start=3, next_version=None, pending=False)
+    assert has_new_events(None, recorded_start=None, next_version=None, pending=False)
+
+
+def _offset(directory, batch: int, version: int, index: int = -1, committed: bool = True) -> None:
+    source = {"sourceVersion": 1, "reservoirId": "x", "reservoirVersion": version, "index": index,
+              "isStartingVersion": False}
+    (directory / "offsets").mkdir(parents=True, exist_ok=True)
+    (directory / "commits").mkdir(parents=True, exist_ok=True)
+    (directory / "offsets" / str(batch)).write_text('v1\n{"batchWatermarkMs":0}\n' + json.dumps(source) + "\n")
+    if committed:
+        (directory / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+        (directory / "commits" / f".{batch}.crc").write_text("")
+
+
+def test_the_checkpoint_files_give_the_version_read_next_and_a_pending_batch(tmp_path):
+    """The files Spark writes (format measured on delta-spark: a batch through version v logs v + 1, index -1)."""
+    from solaris.drivers.stream import checkpoint_progress
+
+    assert checkpoint_progress(tmp_path / "query") == (None, False)
+    _offset(tmp_path, 0, 5)
+    _offset(tmp_path, 1, 9)
+    assert checkpoint_progress(tmp_path) == (9, False)
+    _offset(tmp_path, 2, 12, committed=False)
+    assert checkpoint_progress(tmp_path) == (None, True)
+    (tmp_path / "commits" / "2").write_text("v1\n")
+    (tmp_path / "offsets" / "2").write_text("v1\nnot json\n")
+    assert checkpoint_progress(tmp_path) == (None, True)  # not understood: the query decides
+
+
+def test_the_stream_dag_check_reads_the_events_log_and_the_checkpoint(tmp_path, monkeypatch):
+    """On a real Delta table written with deltalake (no JVM), in the warehouse the config points at."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from solaris.drivers.stream import QUERY_DIR, START_FILE, checkpoint_root
+    from solaris.orchestration import stream_events_arrived
+
+    monkeypatch.setenv("SOLARIS_WAREHOUSE", str(tmp_path))
+    root = checkpoint_root(load_config())
+    assert stream_events_arrived()  # nothing recorded: the first run records where it starts
+    root.mkdir(parents=True)
+    (root / START_FILE).write_text(json.dumps({"starting_version": 1}))
+    assert not stream_events_arrived()  # no table
+    for _ in range(2):  # versions 0 and 1
+        write_deltalake(str(tmp_path / "events"), pa.table({"user_id": [1]}), mode="append")
+    assert stream_events_arrived()  # the recorded start is there
+    _offset(root / QUERY_DIR, 0, 2)  # the query read through version 1
+    assert not stream_events_arrived()
+    write_deltalake(str(tmp_path / "events"), pa.table({"user_id": [2]}), mode="append")
+    assert stream_events_arrived()
