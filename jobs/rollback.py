@@ -2,11 +2,14 @@
 
 Serving reads ``warehouse/snapshots/LATEST``; every manifest pins the Delta versions it serves, so
 pointing ``LATEST`` at an older manifest serves exactly what was served then (as long as VACUUM
-has not removed those versions' files: manifests are kept ``enrichment.snapshots_kept`` hours,
-far below Delta's 7-day retention). Before switching, every tier of the target is loaded the way
-the resolver loads it, so a rollback to an unreadable snapshot is refused. Without ``--to`` it
-lists the manifests. The next successful ``publish`` moves ``LATEST`` forward again; pause the
-``solaris_enrichment`` DAG first if the rollback must stick.
+has not removed those versions' files: hourly manifests are kept ``enrichment.snapshots_kept``
+hours, the stream's back to the oldest kept hourly one, far below Delta's 7-day retention). Before
+switching, every tier of the target is loaded the way the resolver loads it, so a rollback to an
+unreadable snapshot is refused. Without ``--to`` it lists the manifests, hourly
+(``snapshot-<stamp>``) and stream (``snapshot-<stamp>-stream-b<batch>``) in as-of order; ``--to``
+names either (usually an earlier hourly one). The next successful ``publish`` moves ``LATEST``
+forward again, and the stream publishes every few minutes: pause the ``solaris_enrichment`` and
+``solaris_stream`` DAGs first if the rollback must stick.
 
     solaris rollback                                   # list snapshots, LATEST marked
     solaris rollback --to snapshot-20001201T020000Z

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train-speculator": ("solaris.jobs.train_speculator", "learn speculation blend + request verifier on past ticks"),
     **STAGE_COMMANDS,
     "fast-lane": ("solaris.jobs.fast_lane", "sub-hourly candidates, score, publish for sessions new since the hour"),
+    "stream": ("solaris.jobs.stream", "incremental precompute: a streaming query over events, per micro-batch"),
     "rollback": ("solaris.jobs.rollback", "list snapshots, or point serving's LATEST at an earlier one"),
     "replay": ("solaris.jobs.replay", "replay the hourly precompute over a time range (backfills, demo)"),
     "evaluate": ("solaris.jobs.evaluate", "knowledge-transfer evaluation: replay, every VM variant, report"),

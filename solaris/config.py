@@ -465,6 +465,7 @@ class EnrichmentConfig(_Strict):
     item_neighbors: int = Field(10, ge=0)  # tier 6: impute an item from this many nearest items (FM item space); 0: off
     item_neighbor_min_similarity: float = Field(0.0, ge=0, le=1)  # nearest items below this cosine are ignored
     item_catalog_hours: float = Field(168, gt=0)  # items imputed = items with an event in this window before as_of
+    # hourly manifests publish keeps (and the stream's since the oldest of them): the rollback window
     snapshots_kept: int = Field(24, ge=1)
     coverage_tolerance: float = Field(0.5, ge=0, le=1)  # refuse a snapshot whose coverage fell by more than this share
 
@@ -601,6 +602,22 @@ class FastLaneConfig(_Strict):
         return self
 
 
+class StreamConfig(_Strict):
+    """The incremental precompute (``solaris stream``, DAG ``solaris_stream``): a Structured Streaming
+    query over ``events`` that re-speculates, scores and publishes the users of each micro-batch.
+
+    Why: an FM value loses most of its edge over the real-time VM within minutes (issue 70), and the
+    hourly cycle serves values half an hour old on median. ``schedule`` is the Airflow cron of the
+    ``available-now`` runs; ``interval_seconds`` the trigger of a long-running ``processing-time`` query.
+    """
+
+    schedule: str = Field("*/5 * * * *", min_length=9)  # cron of DAG solaris_stream (an available-now run each)
+    interval_seconds: int = Field(60, ge=1)  # processing-time trigger: a micro-batch at most this often
+    # Delta's maxFilesPerTrigger: new events files per micro-batch (an available-now run splits a backlog)
+    max_files_per_trigger: int = Field(100, ge=1)
+    checkpoint_dir: str = "streams/precompute"  # under the warehouse: Spark's checkpoint and the start version
+
+
 class SolarisConfig(_Strict):
     warehouse: Path = Path("warehouse")
     seed: int = 42
@@ -614,6 +631,7 @@ class SolarisConfig(_Strict):
     enrichment: EnrichmentConfig = EnrichmentConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     fast_lane: FastLaneConfig = FastLaneConfig()
+    stream: StreamConfig = StreamConfig()
     retention: RetentionConfig = RetentionConfig()
 
     @model_validator(mode="after")

@@ -66,6 +66,18 @@ FAST_LANE_DEFAULT_ARGS = {
 }
 
 
+# The stream's available-now runs: every few minutes, one quick retry (the next run resumes anyway).
+STREAM_DEFAULT_ARGS = {
+    "retries": 1,
+    "retry_delay": timedelta(minutes=1),
+}
+
+
+def stream_schedule() -> str:
+    """Cron of the stream DAG's available-now runs: ``stream.schedule`` of the loaded config."""
+    return load_config().stream.schedule
+
+
 def fast_lane_schedule(interval_minutes: int | None = None) -> str:
     """Cron of the fast-lane DAG: every ``interval_minutes`` past each hour except :00.
 
@@ -116,6 +128,20 @@ def events_arrived(as_of: str, *, window_minutes: int) -> bool:
     log.warning("the newest event (%s) is older than this tick's window (as-of %s, %d min): nothing new to "
                 "work on, so the run is skipped. A warehouse of past events (the demo) is run by triggering with "
                 "the as_of Param.", newest, tick, window_minutes)
+    return False
+
+
+def stream_events_arrived() -> bool:
+    """The stream DAG's first task (a short-circuit): whether events were committed after what the
+    query's checkpoint records as processed (:func:`solaris.drivers.stream.events_to_process`: the
+    events table's log and the checkpoint files, no JVM). Why: an available-now run with nothing new
+    would still start a Spark driver every 5 minutes."""
+    from solaris.drivers.stream import events_to_process
+
+    if events_to_process(load_config()):
+        log.info("events committed after the stream's checkpoint: running")
+        return True
+    log.info("no events committed after the stream's checkpoint: nothing to process, the run is skipped")
     return False
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, Literal, Map
 from solaris.config import SolarisConfig
 from solaris.precompute.fast_lane import UserActivity, is_hourly_tick, select_users, window_start
 from solaris.precompute.spark_features import keep_visible_events, visible_events
+from solaris.precompute.stream import JOB as STREAM_JOB
 from solaris.stages import candidates, expire, hit_rate, impute, item_aggregates, knn, publish, score, user_aggregates
 from solaris.stages.candidates import CandidatesOptions, CandidatesResult
 from solaris.stages.expire import ExpireOptions, ExpireResult
@@ -172,9 +173,10 @@ ENRICHMENT: tuple[Stage[Any, Any], ...] = (USER_AGGREGATES, KNN, IMPUTE, ITEM_AG
 CYCLE: tuple[Stage[Any, Any], ...] = PRECOMPUTE + ENRICHMENT
 STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in CYCLE)
 # The jobs of the hourly chain whose `runs` rows expire's retention trims: the stages, their
-# measurements and the fast lane (which writes its own row).
+# measurements, the fast lane and the stream (which write their own rows).
 HOURLY_JOBS: tuple[str, ...] = (
-    *STAGE_NAMES, *(measurement.name for stage in CYCLE for measurement in stage.measurements), "fast_lane")
+    *STAGE_NAMES, *(measurement.name for stage in CYCLE for measurement in stage.measurements), "fast_lane",
+    STREAM_JOB)
 # The replay measurement whose success row in `runs` marks a replayed tick as done.
 LAST_MEASURE = COVERAGE.name
 
@@ -185,18 +187,19 @@ def run_ids(as_of: datetime) -> dict[str, str]:
 
 
 @contextmanager
-def open_tick(spark: "SparkSession", config: SolarisConfig, as_of: datetime, *, batch_audit: bool = True
-              ) -> Iterator[Tick]:
+def open_tick(spark: "SparkSession", config: SolarisConfig, as_of: datetime, *, batch_audit: bool = True,
+              events_since: datetime | None = None) -> Iterator[Tick]:
     """The context of one tick at ``as_of``, handed to every stage run inside the block.
 
-    The tick keeps the events visible at ``as_of`` (read once for all its stages) and, with
-    ``batch_audit``, collects the stages' ``runs`` rows; when the block ends, also after a failure,
-    its frames are unpersisted and the rows written in one commit (nothing is lost). The hourly
-    cycle batches its audit; the fast lane writes each stage's row at once, as before.
+    The tick keeps the events visible at ``as_of`` (read once for all its stages; only those after
+    ``events_since`` when given: the stream's micro-batches) and, with ``batch_audit``, collects the
+    stages' ``runs`` rows; when the block ends, also after a failure, its frames are unpersisted and
+    the rows written in one commit (nothing is lost). The hourly cycle batches its audit; the fast
+    lane writes each stage's row at once, as before.
     """
     tick = Tick(as_of, audit=[] if batch_audit else None)
     try:
-        keep_visible_events(spark, config, tick)
+        keep_visible_events(spark, config, tick, since=events_since)
         yield tick
     finally:
         tick.release()

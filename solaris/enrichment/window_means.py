@@ -18,7 +18,7 @@ from solaris.storage.validity import expires_at
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 # user_embeddings (and item_embeddings with item_id as the key), column order and types
 SCHEMA = ("{key} long, embedding binary, n_pairs int, window_start timestamp, window_end timestamp, "
@@ -62,9 +62,11 @@ def make_aggregator(dim: int, key: str, as_of_s: int, *, mode: str, half_life_ho
 
 
 def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: datetime, run_id: str, *, key: str,
-                       table: str, window_hours: float, ttl_hours: float, min_pairs: int = 1) -> WindowMeans:
+                       table: str, window_hours: float, ttl_hours: float, min_pairs: int = 1,
+                       only: DataFrame | None = None) -> WindowMeans:
     """Mean pair embedding per ``key`` (``user_id`` or ``item_id``) over ``(as_of - window, as_of]``,
     MERGEd into ``table`` on the key with ``expires_at = as_of + ttl``; the caller checked the log exists.
+    ``only`` (a frame of ``key`` values): those keys only (the stream refreshes its batch's users).
 
     Shared by the user tier and the item tier: the same window, latest-row-per-pair and aggregation
     rule, grouped by the other side of the pair.
@@ -85,7 +87,11 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
         Table.of(spark, config, "pair_embeddings_log").scan()
         .where((F.col("computed_at") > F.lit(window_start)) & (F.col("computed_at") <= F.lit(as_of)))
         .select("user_id", "item_id", "embedding", "computed_at", "fm_version", "run_id")
-        .repartition(key)
+    )
+    if only is not None:
+        pairs = pairs.join(only.select(key), key, "left_semi")
+    pairs = (
+        pairs.repartition(key)
         .withColumn("_rank", F.row_number().over(latest)).where("_rank = 1")
         .select(key, other, "embedding", F.unix_seconds("computed_at").alias("computed_s"), "fm_version")
         .sortWithinPartitions(key, other)

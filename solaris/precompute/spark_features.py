@@ -47,10 +47,11 @@ def within_hours(hours: float, column: str = "ts") -> Column:
     return F.col(column) > F.timestamp_micros(F.unix_micros(TICK_AS_OF) - F.lit(window_micros(hours)))
 
 
-def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime, tick: Tick | None = None
-                   ) -> DataFrame:
+def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime, tick: Tick | None = None,
+                   *, since: datetime | None = None) -> DataFrame:
     """Events with ``ts <= as_of`` (the point-in-time rule), columns the stages use, and the as-of
-    itself as column ``tick_as_of``.
+    itself as column ``tick_as_of``; with ``since``, only those with ``ts > since`` (the stream's
+    micro-batches: ``solaris.precompute.stream.events_since``).
 
     With a ``tick`` that keeps them (:func:`keep_visible_events`) this is the tick's cached frame,
     so the stages of one tick (candidates, score, knn) read the events table once, not once each.
@@ -68,7 +69,7 @@ def visible_events(spark: SparkSession, config: SolarisConfig, as_of: datetime, 
     cached = tick.check(as_of).frame(TICK_EVENTS) if tick is not None else None
     if cached is not None:
         return cached
-    events = Events.of(spark, config).window(until=as_of)
+    events = Events.of(spark, config).window(until=as_of, since=since)
     return events.select(
         *event_columns(events), F.lit(as_of).cast("timestamp").alias(TICK_AS_OF))
 
@@ -80,14 +81,16 @@ def event_columns(events: DataFrame) -> list[Column]:
     return [rating_column(events) if name == "rating" else F.col(name) for name in EVENT_COLUMNS]
 
 
-def keep_visible_events(spark: SparkSession, config: SolarisConfig, tick: Tick) -> DataFrame:
-    """Cache the events visible at the tick's as-of for every stage the tick is handed to.
+def keep_visible_events(spark: SparkSession, config: SolarisConfig, tick: Tick, *, since: datetime | None = None
+                        ) -> DataFrame:
+    """Cache the events visible at the tick's as-of (after ``since`` when given) for every stage the
+    tick is handed to.
 
     Safe because nothing inside a tick writes events, and point-in-time by construction: the
     cached frame holds only ``ts <= as_of``. Reads of later events (the replay measurements) go
     to the table, never to this cache. The tick unpersists it when it closes.
     """
-    return tick.keep(TICK_EVENTS, visible_events(spark, config, tick.as_of))
+    return tick.keep(TICK_EVENTS, visible_events(spark, config, tick.as_of, since=since))
 
 
 def tick_histories(spark: SparkSession, config: SolarisConfig, tick: Tick | None, create: bool = True

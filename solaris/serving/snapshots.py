@@ -3,7 +3,8 @@
 A manifest is JSON naming the Delta table paths *and versions* the serving layer must read, the
 FM version, the embedding dimension and coverage figures. It is written under a temporary name
 and renamed (atomic on POSIX), then ``LATEST`` is replaced the same way, so a reader sees either
-the old snapshot or the new one, never half of one. Only the last N manifests are kept.
+the old snapshot or the new one, never half of one. Only the last N hourly manifests are kept,
+and the stream's manifests since the oldest of them (:func:`manifests_to_prune`).
 
 :class:`Manifest` is the typed form of that JSON: publish builds one, the resolver and rollback
 read one, and a file missing a field or holding one of the wrong type is refused on read with the
@@ -16,7 +17,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from solaris.errors import RefusedError
 from solaris.provenance import Provenance
@@ -182,15 +183,47 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+# in the name of a stream micro-batch's manifest (solaris.precompute.stream.snapshot_id)
+STREAM_TAG = "-stream-b"
+
+
+def _stamp(snapshot_id: str) -> str:
+    """The as-of stamp of ``snapshot-<stamp>[-stream-b<batch>]`` (stamps sort in time order)."""
+    return snapshot_id.removeprefix("snapshot-").split("-", 1)[0]
+
+
+def manifests_to_prune(snapshot_ids: Sequence[str], keep: int) -> list[str]:
+    """The manifests a publish deletes: all but the newest ``keep`` hourly ones and the stream's
+    manifests from the oldest kept hourly one's as-of on (without an hourly manifest: the newest
+    ``keep`` of any kind).
+
+    Why: the stream publishes a manifest per micro-batch (every few minutes); counted with the
+    hourly ones, ``keep`` of them would push the hourly manifests rollback relies on out within
+    hours. This way the rollback window stays ``keep`` hourly snapshots, and every stream snapshot
+    inside it stays too.
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    ordered = sorted(snapshot_ids, key=lambda name: (_stamp(name), name))
+    hourly = [name for name in ordered if STREAM_TAG not in name]
+    if not hourly:
+        return ordered[:-keep]
+    kept_hourly = set(hourly[-keep:])
+    oldest = _stamp(hourly[-keep:][0])
+    return [name for name in ordered
+            if name not in kept_hourly and (STREAM_TAG not in name or _stamp(name) < oldest)]
+
+
 def write_manifest(directory: Path, manifest: Manifest, keep: int) -> Path:
+    """Write ``manifest``, point ``LATEST`` at it, then delete what :func:`manifests_to_prune` names
+    (never the manifest just written)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{manifest.snapshot_id}.json"
     _atomic_write(path, manifest.to_json())
     _atomic_write(directory / LATEST, path.name + "\n")
-    manifests = sorted(p for p in directory.glob("*.json"))
-    for old in manifests[:-keep] if len(manifests) > keep else []:
-        if old != path:
-            old.unlink(missing_ok=True)
+    for stem in manifests_to_prune([p.stem for p in directory.glob("*.json")], keep):
+        if stem != path.stem:
+            (directory / f"{stem}.json").unlink(missing_ok=True)
     return path
 
 

@@ -2,8 +2,9 @@
 
 Reads MovieLens (``ratings.dat``, ``u.data``), RecBole atomic ``*.inter`` files (the packaged
 ``ml-1m`` / ``ml-100k``), generic CSV/Parquet, or the seeded synthetic generator; validates every row
-(rules in :mod:`solaris.ingest.events`); writes valid rows to ``events`` (MERGE on ``event_id``), string ids
-to ``id_map``, and every rejected row to ``quarantine`` with its reason. Nothing is written when the
+(rules in :mod:`solaris.ingest.events`); writes valid rows to ``events`` (an insert-only MERGE on
+``event_id``: a stored event is never rewritten), string ids to ``id_map``, and every rejected row
+to ``quarantine`` with its reason. Nothing is written when the
 input has no valid row. Rerunning with the same ``--run-id`` leaves the tables unchanged.
 
     spark-submit --jars "$(ls jars/*.jar | paste -sd,)" jobs/ingest.py --input ml-100k
@@ -301,9 +302,11 @@ def classify(
         has_label=bool(spec.columns.label),
     )
     parsed = parsed.withColumn("reason", F.expr(reason)).drop("ts_seconds")
-    # Among otherwise-valid rows, the same (user, item, ts) twice is a duplicate; keep one
-    # deterministically (ordering on the row's content, not on file position).
-    window = Window.partitionBy("user_id", "item_id", "ts").orderBy(
+    # Among otherwise-valid rows, two of one event_id (the same (user, item, ts), or a hash collision)
+    # are duplicates; keep one deterministically (ordering on the row's content, not on file
+    # position). `events`' insert-only MERGE needs a source unique on its key (it would insert both).
+    # Only valid rows compete: a rejected row of the same key never displaces a valid one.
+    window = Window.partitionBy(F.col("reason").isNull(), F.expr(rules.event_id_sql())).orderBy(
         F.col("rating").asc_nulls_last(), F.col("label_in").asc_nulls_last(), *[F.col(c) for c in RAW_COLUMNS]
     )
     ranked = parsed.withColumn("_rank", F.when(F.col("reason").isNull(), F.row_number().over(window)))

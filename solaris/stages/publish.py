@@ -7,7 +7,8 @@ servable user-keyed tier; the item tiers serve any user, so they are counted in 
 snapshot with a failed check, or whose coverage fell by more than ``coverage_tolerance`` against
 the previous one, is refused: nothing is published and the reasons are logged and recorded in
 ``runs``. Otherwise the manifest (``warehouse/snapshots/<id>.json``) and ``LATEST`` are written
-atomically; the last ``snapshots_kept`` manifests are kept.
+atomically; the last ``snapshots_kept`` hourly manifests are kept, and the stream's since the
+oldest of them (:func:`solaris.serving.snapshots.manifests_to_prune`).
 
     solaris publish --as-of 2000-12-01T03:00:00Z
 """
@@ -184,7 +185,10 @@ def _pinned(spark: SparkSession, path: str) -> PinnedTable:
 
 @dataclass(frozen=True)
 class PublishOptions:
-    """None yet: ``enrichment.*`` settles the gate (a field here would be a per-run choice)."""
+    """``snapshot_id``: the manifest's name (None: ``snapshot-<as-of stamp>``, the hourly one; the
+    stream names its own: ``solaris.precompute.stream.snapshot_id``). ``enrichment.*`` settles the gate."""
+
+    snapshot_id: str | None = None
 
 
 def run(step: StepContext, *, options: PublishOptions) -> PublishResult:
@@ -216,7 +220,7 @@ def run(step: StepContext, *, options: PublishOptions) -> PublishResult:
         record.write(spark, config, "refused", tick)
         raise QualityGateError("snapshot refused, nothing published: " + "; ".join(reasons))
     manifest = Manifest(
-        snapshot_id=f"snapshot-{utc_stamp(as_of)}",
+        snapshot_id=options.snapshot_id or f"snapshot-{utc_stamp(as_of)}",
         as_of=as_of.isoformat(),
         run_id=run_id,
         embedding_dim=dim,

@@ -24,9 +24,7 @@ from solaris.storage.table import Table
 from solaris.tick import StepContext
 
 if TYPE_CHECKING:  # pragma: no cover
-
-
-    pass
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("solaris.user_aggregates")
 
@@ -42,7 +40,10 @@ class UserAggregatesResult:
 
 @dataclass(frozen=True)
 class UserAggregatesOptions:
-    """None yet: ``enrichment.*`` settles everything (a field here would be a per-run choice)."""
+    """``users``: a ``user_id`` frame restricting the run to them (the stream's micro-batches); None:
+    every user with a pair in the window. ``enrichment.*`` settles everything else."""
+
+    users: DataFrame | None = None
 
 
 def run(step: StepContext, *, options: UserAggregatesOptions) -> UserAggregatesResult:
@@ -56,7 +57,8 @@ def run(step: StepContext, *, options: UserAggregatesOptions) -> UserAggregatesR
         return UserAggregatesResult(users=0, pairs=0, window_start=None)
     window_start = as_of - timedelta(hours=enrichment.window_hours)
     means = write_window_means(spark, config, as_of, run_id, key="user_id", table="user_embeddings",
-                               window_hours=enrichment.window_hours, ttl_hours=enrichment.ttl_hours)
+                               window_hours=enrichment.window_hours, ttl_hours=enrichment.ttl_hours,
+                               only=options.users)
     result = UserAggregatesResult(users=means.keys, pairs=means.pairs, window_start=window_start.isoformat())
     record.rows_out, record.rows_in = means.keys, means.pairs
     record.table_versions = {"user_embeddings": means.version}

@@ -46,6 +46,7 @@ class Events:
     >>> events = Events.of(spark, config)
     >>> frame = events.pandas(as_of)                     # user_id, item_id, ts (epoch s), label, rating
     >>> plan = events.window(since=as_of, until=as_of + timedelta(hours=1))
+    >>> new = events.changes(starting_version=12, max_files_per_trigger=100)   # a streaming frame
     """
 
     table: Table
@@ -64,6 +65,11 @@ class Events:
         if since is not None:
             events = events.where(F.col("ts") > F.lit(since))
         return events
+
+    def changes(self, *, starting_version: int, max_files_per_trigger: int) -> DataFrame:
+        """The events appended from the table's ``starting_version`` on, as a Spark streaming frame
+        (:meth:`solaris.storage.table.Table.changes`: a commit that rewrites stored events is skipped)."""
+        return self.table.changes(starting_version=starting_version, max_files_per_trigger=max_files_per_trigger)
 
     def pandas(self, as_of: datetime, *, since: datetime | None = None) -> pd.DataFrame:
         """:data:`COLUMNS` of the events with ``since < ts <= as_of``, ``ts`` as whole epoch seconds.

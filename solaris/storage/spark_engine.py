@@ -43,6 +43,15 @@ class SparkEngine:
             reader = reader.option("versionAsOf", version)
         return reader.load(path)
 
+    def changes(self, path: str, *, starting_version: int, max_files_per_trigger: int) -> DataFrame:
+        """The rows appended from ``starting_version`` on, as a streaming frame (commits that rewrite
+        rows are skipped: ``skipChangeCommits``)."""
+        return (self.spark.readStream.format("delta")
+                .option("startingVersion", str(starting_version))
+                .option("skipChangeCommits", "true")
+                .option("maxFilesPerTrigger", str(max_files_per_trigger))
+                .load(path))
+
     def ensure_table(self, frame: DataFrame, path: str, partition_by: Sequence[str]) -> None:
         """Create an empty table with ``frame``'s schema (and partitioning) unless one exists."""
         if not self.exists(path):
@@ -80,6 +89,23 @@ class SparkEngine:
              .execute())
 
         with_commit_retry(write, f"MERGE into {path}")
+
+    def insert_new(self, frame: DataFrame, path: str, keys: Sequence[str], partition_by: Sequence[str] = ()) -> None:
+        """MERGE on ``keys`` inserting only the rows whose key is not stored (created on first use).
+
+        No matched clause: Delta commits an insert-only MERGE as an append (new files, none removed),
+        which a streaming reader with ``skipChangeCommits`` reads. ``frame`` must be unique on ``keys``.
+        """
+        from delta.tables import DeltaTable
+
+        def write() -> None:
+            self.ensure_table(frame, path, partition_by)
+            (DeltaTable.forPath(self.spark, path).alias("t")
+             .merge(frame.alias("s"), same_key(keys))
+             .whenNotMatchedInsertAll()
+             .execute())
+
+        with_commit_retry(write, f"insert-only MERGE into {path}")
 
     def replace_where(self, frame: DataFrame, path: str, predicate: str, partition_by: Sequence[str] = ()) -> None:
         """Atomically replace the rows matching the Spark SQL ``predicate`` with ``frame`` (one commit)."""

@@ -50,20 +50,27 @@ class WriteRule:
     ``replace_where``: the rows of a predicate the writer names are replaced in one commit.
     ``overwrite``: the whole table is replaced (it holds current state, recomputed whole by each run).
     ``upsert``: MERGE on ``keys``, the incoming row replacing a stored one of the same key (ingest's
-    events and id map: a re-ingest of the same input changes nothing; the ``runs`` audit: a rerun's
-    row replaces the earlier one).
+    id map: a re-ingest of the same input changes nothing; the ``runs`` audit: a rerun's row
+    replaces the earlier one).
+    ``insert_new``: MERGE on ``keys`` that only inserts the rows whose key is not stored; a stored
+    row is never rewritten (ingest's events). Why: events are immutable facts, and the stream reads
+    the table's appends (Delta's streaming source with ``skipChangeCommits``), which skips a commit
+    that rewrites files whole, the new rows in it included. Delta commits an insert-only MERGE as
+    an append, so a re-ingest overlapping stored events still hands its new ones to the stream. The
+    price: a corrected event whose key is stored is not applied (delete the stored row first). The
+    writer hands over rows unique on ``keys`` (two new rows of one key would both be inserted).
     ``order_by``: the order of the rows in a driver write. Spark hands collected rows over in no fixed
     order, and the file's order is the order the next stage reads them in (e.g. the FM's batches,
     whose float rounding depends on which rows share a batch): sorted, a rerun writes the same file.
     """
 
-    kind: Literal["merge_newer", "replace_run", "replace_where", "overwrite", "upsert"]
+    kind: Literal["merge_newer", "replace_run", "replace_where", "overwrite", "upsert", "insert_new"]
     keys: tuple[str, ...] = ()
     partition_by: tuple[str, ...] = ()
     order_by: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.kind in ("merge_newer", "upsert") and not self.keys:
+        if self.kind in ("merge_newer", "upsert", "insert_new") and not self.keys:
             raise ValueError(f"a {self.kind} table needs its key columns")
 
 
@@ -80,8 +87,9 @@ WRITE_RULES: dict[str, WriteRule] = {
     "user_neighbors": WriteRule("overwrite"),
     # the item-item statistics of the periods a run computed, and the expired periods, in one commit
     "item_statistics": WriteRule("replace_where", partition_by=("stats_key",)),
-    # ingest: the validated events and the raw-id map of hashed inputs
-    "events": WriteRule("upsert", keys=("event_id",), partition_by=("event_date",)),
+    # ingest: the validated events (insert-only: immutable, and read as appends by the stream) and
+    # the raw-id map of hashed inputs
+    "events": WriteRule("insert_new", keys=("event_id",), partition_by=("event_date",)),
     "id_map": WriteRule("upsert", keys=("namespace", "raw_id")),
     # the audit tables every stage writes (solaris.storage.audit): a (source table, run)'s rejected
     # rows replaced whole, and one row per (run, job)
@@ -168,6 +176,19 @@ class Table:
         """The table (at ``version``) as a lazy Spark frame to build a plan on: always Spark."""
         self.engine_for(Access.SPARK_PLAN)
         return self._spark().scan(self.path, version)
+
+    def changes(self, *, starting_version: int, max_files_per_trigger: int) -> DataFrame:
+        """The rows the table's commits add from ``starting_version`` on, as a Spark streaming frame
+        (``spark.readStream``): always Spark. The query's checkpoint, not this call, records how far
+        it got; ``max_files_per_trigger`` bounds the files of one micro-batch.
+
+        A commit that rewrites stored rows (a MERGE that updated some, a DELETE) is skipped whole
+        (Delta's ``skipChangeCommits``): only appended rows are new to a reader of changes. Hence
+        ``events``' ``insert_new`` rule, whose MERGE Delta commits as an append.
+        """
+        self.engine_for(Access.SPARK_PLAN)
+        return self._spark().changes(self.path, starting_version=starting_version,
+                                     max_files_per_trigger=max_files_per_trigger)
 
     def frame(self, columns: Sequence[str] | None = None, *, servable_at: datetime | None = None) -> DataFrame:
         """The table (only its rows servable at ``servable_at`` when given) as a Spark frame.
@@ -270,10 +291,12 @@ class Table:
         rule, keys, parts = self._rule(), list(self._rule().keys), list(self._rule().partition_by)
         if rule.kind == "replace_where":
             raise ValueError(f"{self.name} is written by replace_where(frame, predicate)")
-        if rule.kind in ("overwrite", "upsert"):
+        if rule.kind in ("overwrite", "upsert", "insert_new"):
             self.engine_for(Access.SPARK_PLAN)
             if rule.kind == "overwrite":
                 self._spark().overwrite(frame, self.path)
+            elif rule.kind == "insert_new":
+                self._spark().insert_new(frame, self.path, keys, parts)
             else:
                 self._spark().upsert(frame, self.path, keys, parts)
             return

@@ -27,7 +27,7 @@ def dagbag():
 def test_no_import_errors_and_expected_dags(dagbag):
     assert dagbag.import_errors == {}
     assert {"solaris_precompute", "solaris_enrichment", "solaris_models", "solaris_replay",
-            "solaris_fast_lane"} <= set(dagbag.dags)
+            "solaris_fast_lane", "solaris_stream"} <= set(dagbag.dags)
 
 
 def test_every_dag_is_documented_tagged_and_retried(dagbag):
@@ -51,13 +51,15 @@ def test_spark_tasks_ship_the_delta_jars_and_our_python(dagbag):
             if task.task_type == "SparkSubmitOperator":
                 assert "delta-spark_" in task.jars and "delta-storage-" in task.jars
                 assert Path(task.application).is_file()
-                if task.task_id != "ingest":  # every other stage is pinned to an explicit logical time
+                # every other stage is pinned to an explicit logical time; the stream's as-of is each
+                # micro-batch's newest event time
+                if task.task_id not in ("ingest", "stream"):
                     assert {"--as-of", "--start"} & set(task.application_args), task.task_id
 
 
 def test_only_one_stage_tasks_get_the_short_lived_driver_jvm(dagbag):
     """A task that runs one hourly stage gets the C1-only JIT; replay and evaluate keep C2 for their many ticks."""
-    one_stage = {"solaris_precompute", "solaris_enrichment", "solaris_fast_lane"}
+    one_stage = {"solaris_precompute", "solaris_enrichment", "solaris_fast_lane", "solaris_stream"}
     for dag_id, dag in dagbag.dags.items():
         for task in dag.tasks:
             if task.task_type == "SparkSubmitOperator":
@@ -204,3 +206,17 @@ def test_fast_lane_runs_between_the_hourly_runs_as_one_spark_task(dagbag):
     for key, bad in (("max_users", 0), ("lookback_minutes", 0), ("absence_hours", 0), ("as_of", "soon")):
         with pytest.raises(ParamValidationError):
             dag.params.get_param(key).resolve(bad)
+
+
+def test_stream_runs_the_available_now_query_on_the_configured_schedule(dagbag):
+    """One spark-submit of jobs/stream.py --trigger available-now at stream.schedule, never overlapping
+    (two runs on one checkpoint would race)."""
+    from solaris.config import load_config
+
+    dag = dagbag.dags["solaris_stream"]
+    assert dag.max_active_runs == 1 and not dag.catchup
+    assert dag.timetable.expression == load_config().stream.schedule
+    task = dag.get_task("stream")
+    assert set(dag.task_ids) == {"events_arrived", "stream"} and task.upstream_task_ids == {"events_arrived"}
+    assert task.task_type == "SparkSubmitOperator" and Path(task.application).stem == "stream"
+    assert list(task.application_args) == ["--trigger", "available-now"]

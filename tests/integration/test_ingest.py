@@ -58,7 +58,8 @@ def test_generic_csv_with_string_ids_maps_them_stably(spark, make_config, tmp_pa
     spec = resolve_source(str(path), columns=ColumnMap("who", "what", "when", None, "clicked"))
     result = ingest(spark, config, spec, None, "ingest-clicks")
     assert result.rows_valid == 3 and result.rows_quarantined == 0
-    events = _table(spark, config, "events").orderBy("ts").collect()
+    # two events at 11:00: ordered by label too, not by the order the write left the files in
+    events = _table(spark, config, "events").orderBy("ts", "label").collect()
     assert events[0]["user_id"] == stable_id("user", "alice")
     assert events[1]["item_id"] == stable_id("item", "Heat (1995)")
     assert [e["label"] for e in events] == [1.0, 0.0, 1.0]
@@ -78,25 +79,26 @@ BAD_ROWS = {
     "timestamp in the future": "1,15,99999999999,4",
     "timestamp before floor": "1,16,0,4",
     "unparseable rating": "1,12,978300760,five",
-    "rating out of range": "1,13,978300760,9",
+    "rating out of range": "1,13,978300760,-1",
     "missing rating and label": "1,14,978300760,",
 }
 
 
 def test_bad_rows_are_quarantined_with_reasons(spark, make_config, tmp_path):
-    good = ["1,10,978300760,4", "2,10,978300761,2", "1,10,978300760,4"]  # third = duplicate of first
+    good = ["1,10,978300760,4", "2,10,978300761,2", "1,10,978300760,4",  # third = duplicate of first
+            "1,13,978300760,4"]  # the key of a rejected row (rated -1, ordered first): still the one valid row
     path = tmp_path / "bad.csv"
     path.write_text("user_id,item_id,timestamp,rating\n" + "\n".join(good + list(BAD_ROWS.values())) + "\n")
     config = make_config()
     as_of = datetime(2026, 1, 1, tzinfo=timezone.utc)
     result = ingest(spark, config, resolve_source(str(path), id_mode="int"), as_of, "ingest-bad", now=NOW)
-    assert result.rows_valid == 2
+    assert result.rows_valid == 3
     assert result.rows_in == result.rows_valid + result.rows_quarantined == len(good) + len(BAD_ROWS)
     quarantine = _table(spark, config, "quarantine").collect()
     reasons = sorted(r["reason"] for r in quarantine)
     assert reasons == sorted([*BAD_ROWS, "duplicate event"])
     by_reason = {r["reason"]: json.loads(r["payload"]) for r in quarantine}
-    assert by_reason["rating out of range"]["raw_rating"] == "9"
+    assert by_reason["rating out of range"]["raw_rating"] == "-1"
     assert all(r["source_table"] == "events" and r["run_id"] == "ingest-bad" for r in quarantine)
     runs = _table(spark, config, "runs").where("job = 'ingest'").collect()
     assert runs[0]["rows_quarantined"] == len(BAD_ROWS) + 1 and runs[0]["status"] == "success"

@@ -59,9 +59,9 @@ def test_rules_delete_at_or_before_the_cutoff_and_prune_partitions():
 
 
 def test_runs_retention_covers_exactly_the_hourly_chain_jobs():
-    """The audit rows trimmed are those of the stages, the replay measurements and the fast lane;
-    ingest and training rows (id modes, model versions) are kept."""
-    assert set(HOURLY_JOBS) == {*STAGE_NAMES, "hit_rate", LAST_MEASURE, "fast_lane"}
+    """The audit rows trimmed are those of the stages, the replay measurements, the fast lane and the
+    stream; ingest and training rows (id modes, model versions) are kept."""
+    assert set(HOURLY_JOBS) == {*STAGE_NAMES, "hit_rate", LAST_MEASURE, "fast_lane", "stream"}
 
 
 def test_retention_is_read_from_the_config():

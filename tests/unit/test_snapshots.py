@@ -7,6 +7,7 @@ from solaris.serving.snapshots import (
     ManifestCoverage,
     PinnedTable,
     latest_manifest_path,
+    manifests_to_prune,
     quality_gate,
     read_manifest,
     write_manifest,
@@ -59,6 +60,45 @@ def test_manifest_write_is_atomic_and_keeps_the_last_n(tmp_path):
     assert read_manifest(latest_manifest_path(tmp_path)).snapshot_id == "snapshot-20260104"
     assert not list(tmp_path.glob(".*tmp*"))  # no temporary files left behind
     assert json.loads((tmp_path / "snapshot-20260104.json").read_text())["tables"] == {}
+
+
+def _hourly(hour: int) -> str:
+    return f"snapshot-20260101T{hour:02d}0000Z"
+
+
+def _stream(hour: int, minute: int, batch: int) -> str:
+    from datetime import datetime, timezone
+
+    from solaris.precompute.stream import snapshot_id
+
+    return snapshot_id(datetime(2026, 1, 1, hour, minute, tzinfo=timezone.utc), batch)
+
+
+def test_pruning_keeps_the_last_hourly_manifests_and_the_stream_s_since_the_oldest_of_them():
+    """A stream manifest every 5 minutes does not push the hourly ones out of the rollback window."""
+    hourly = [_hourly(hour) for hour in range(6)]
+    stream = [_stream(hour, minute, 12 * hour + minute // 5) for hour in range(6) for minute in range(0, 60, 5)]
+    pruned = manifests_to_prune([*stream, *hourly], keep=3)
+    kept = {*stream, *hourly} - set(pruned)
+    assert {name for name in kept if "stream" not in name} == {_hourly(3), _hourly(4), _hourly(5)}
+    # the stream's manifests from the oldest kept hour on (one at 03:00 sharp included), none before
+    assert {name for name in kept if "stream" in name} == {_stream(h, m, 12 * h + m // 5) for h in (3, 4, 5)
+                                                            for m in range(0, 60, 5)}
+    assert set(pruned) == {*hourly[:3], *stream[:36]}
+    # a stream alone (no hourly manifest yet): the newest `keep` of its manifests
+    assert manifests_to_prune(stream[:5], keep=3) == stream[:2]
+    assert manifests_to_prune(hourly[:2], keep=3) == [] and manifests_to_prune([], keep=1) == []
+    with pytest.raises(ValueError, match="keep"):
+        manifests_to_prune(hourly, keep=0)
+
+
+def test_a_publish_prunes_by_that_rule_and_never_the_manifest_it_wrote(tmp_path):
+    for name in (_hourly(0), _stream(0, 30, 0), _hourly(1), _stream(1, 5, 1)):
+        write_manifest(tmp_path, _manifest(name), keep=1)
+    assert sorted(p.stem for p in tmp_path.glob("*.json")) == sorted([_hourly(1), _stream(1, 5, 1)])
+    late = _stream(0, 50, 2)  # a batch of late events: older than the kept hour, still served until the next
+    write_manifest(tmp_path, _manifest(late), keep=1)
+    assert latest_manifest_path(tmp_path).stem == late and (tmp_path / f"{late}.json").is_file()
 
 
 def test_rollback_repoints_latest_only_to_a_readable_manifest(tmp_path):

@@ -29,6 +29,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     monkeypatch.setattr(SparkEngine, "replace_where", recorder("replace"))
     monkeypatch.setattr(SparkEngine, "overwrite", recorder("overwrite"))
     monkeypatch.setattr(SparkEngine, "upsert", recorder("merge_into"))
+    monkeypatch.setattr(SparkEngine, "insert_new", recorder("insert_new"))
     monkeypatch.setattr(DriverEngine, "merge_newer", staticmethod(recorder("merge_rows", bound=False)))
     monkeypatch.setattr(DriverEngine, "replace_run", staticmethod(recorder("replace_rows", bound=False)))
     monkeypatch.setattr(DriverEngine, "replace", staticmethod(recorder("upsert_rows", bound=False)))
@@ -47,9 +48,9 @@ def test_every_rule_names_a_table_of_the_config_and_a_merge_has_its_key(tmp_path
     config = SolarisConfig(warehouse=tmp_path)
     for name, rule in WRITE_RULES.items():
         assert config.table_path(name).startswith(str(tmp_path))
-        assert rule.kind in ("merge_newer", "replace_run", "replace_where", "overwrite", "upsert")
-        assert bool(rule.keys) == (rule.kind in ("merge_newer", "upsert")), name
-    for kind in ("merge_newer", "upsert"):
+        assert rule.kind in ("merge_newer", "replace_run", "replace_where", "overwrite", "upsert", "insert_new")
+        assert bool(rule.keys) == (rule.kind in ("merge_newer", "upsert", "insert_new")), name
+    for kind in ("merge_newer", "upsert", "insert_new"):
         with pytest.raises(ValueError, match="key columns"):
             WriteRule(kind)  # type: ignore[arg-type]
     # ingest's tables and the audit tables are written through the interface too
@@ -94,9 +95,18 @@ def test_driver_rows_go_to_a_merge_table_only_and_a_table_without_a_rule_refuses
         unknown.write("FRAME", "run-1")  # type: ignore[arg-type]
 
 
-def test_an_upsert_table_merges_on_its_key_and_takes_driver_rows_as_an_upsert(calls: list[tuple]) -> None:
+def test_events_are_insert_only_on_their_key(calls: list[tuple]) -> None:
+    """Events are immutable and the stream reads the table's appends: an insert-only MERGE (Spark)."""
+    assert WRITE_RULES["events"].kind == "insert_new"
     _table("events").write("FRAME", "ingest-1")  # type: ignore[arg-type]
-    assert calls == [("merge_into", ("FRAME", "/w/events", ["event_id"], ["event_date"]), {})]  # nothing collected
+    assert calls == [("insert_new", ("FRAME", "/w/events", ["event_id"], ["event_date"]), {})]  # nothing collected
+    with pytest.raises(ValueError, match="not by an upsert"):
+        _table("events").upsert_rows("ARROW", lambda: None)  # type: ignore[arg-type]
+
+
+def test_an_upsert_table_merges_on_its_key_and_takes_driver_rows_as_an_upsert(calls: list[tuple]) -> None:
+    _table("id_map").write("FRAME", "ingest-1")  # type: ignore[arg-type]
+    assert calls == [("merge_into", ("FRAME", "/w/id_map", ["namespace", "raw_id"], []), {})]  # nothing collected
     calls.clear()
     fallback = object()
     import pyarrow as pa
