@@ -241,9 +241,12 @@ def read_checkpoint(query: Path) -> tuple[dict[int, tuple[int, int]], dict[int, 
     return offsets, planned, done
 
 
-def commit_actions(table: Path, version: int) -> int:
-    """Actions (JSON lines) of one Delta commit: its files' indexes lie below this."""
-    return sum(1 for line in (table / "_delta_log" / f"{version:020d}.json").read_text().splitlines() if line.strip())
+def commit_actions(table: Path, version: int) -> tuple[int, int]:
+    """Actions (JSON lines) of one Delta commit (its files' indexes lie below this) and the rows its
+    MERGE updated (the stream skips a commit that rewrote stored rows: there must be none)."""
+    lines = [line for line in (table / "_delta_log" / f"{version:020d}.json").read_text().splitlines() if line.strip()]
+    info = next((json.loads(line)["commitInfo"] for line in lines if line.startswith('{"commitInfo"')), {})
+    return len(lines), int(info.get("operationMetrics", {}).get("numTargetRowsUpdated", 0))
 
 
 def stream_runs(warehouse: Path) -> dict[int, dict]:
@@ -393,7 +396,10 @@ def main() -> None:
                 version = events_table.version()
                 assert version is not None
                 arrivals[version] = (work / "events" / "_delta_log" / f"{version:020d}.json").stat().st_mtime
-                last_index[version] = commit_actions(work / "events", version) - 1
+                actions, updated = commit_actions(work / "events", version)
+                last_index[version] = actions - 1
+                if updated:
+                    log.warning("commit %d updated %d stored events: the stream skips it", version, updated)
                 replayed.extend((version, users[i], measured_phase) for i in range(commit.rows.start, commit.rows.stop))
                 if commit.index % 10 == 0 or commit.index == len(commits) - 1:
                     done = read_checkpoint(checkpoint / "query")[2] if (checkpoint / "query").is_dir() else {}
