@@ -1,7 +1,7 @@
 """The stream's freshness: dense ML-1M events replayed into ``events`` with ``solaris stream`` running.
 
 On a copy of a demo warehouse (never the source), ``events`` is replaced by a fresh table holding
-the events up to ``--start`` (written by the table's own rule, the upsert MERGE ingest uses), one
+the events up to ``--start`` (written by the table's own rule, the insert-only MERGE ingest uses), one
 hourly cycle runs at ``--start`` (snapshot, tiers and KNN of that hour, as the hourly chain would
 have left them), and then:
 
@@ -12,7 +12,7 @@ have left them), and then:
 2. the events of ``(start, start + warm-up]`` are committed to ``events`` at their original pace
    sped up ``--speedup`` times, one commit per ``--step-seconds`` of event time (a commit is due
    when the last second of its span has passed in sped-up time; empty spans make no commit), each
-   by ``Table.write``: the upsert MERGE of ingest; once a batch has processed them, the measured
+   by ``Table.write``: the insert-only MERGE of ingest; once a batch has processed them, the measured
    ``--minutes`` after them are committed the same way;
 3. once the query has processed the last commit, the child is stopped between two batches
    (SIGINT: every batch Spark logged is committed, the checkpoint is complete).
