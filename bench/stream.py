@@ -249,11 +249,19 @@ def commit_actions(table: Path, version: int) -> tuple[int, int]:
     return len(lines), int(info.get("operationMetrics", {}).get("numTargetRowsUpdated", 0))
 
 
+def _driver_read(table: Path, columns: Sequence[str] | None = None, where: object = None):
+    """A Delta table's rows as a pyarrow table, read on the driver by the storage API's engine."""
+    from solaris.storage.driver_engine import DriverEngine
+
+    rows = DriverEngine.read(str(table), columns, where)
+    if rows is None:
+        raise SystemExit(f"cannot read the Delta table {table} on the driver")
+    return rows
+
+
 def stream_runs(warehouse: Path) -> dict[int, dict]:
     """Per batch id, the stream's ``runs`` row (events, details) and its stages' seconds."""
-    from deltalake import DeltaTable
-
-    frame = DeltaTable(str(warehouse / "runs")).to_pandas()
+    frame = _driver_read(warehouse / "runs").to_pandas()
     frame = frame[frame.run_id.str.startswith("stream-")]
     batches: dict[int, dict] = {}
     for run_id, rows in frame.groupby("run_id"):
@@ -318,15 +326,13 @@ def main() -> None:
 
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
-    from deltalake import DeltaTable
 
     from solaris.spark import get_spark
     from solaris.storage.driver_engine import DriverEngine
     from solaris.storage.table import Table
 
-    dataset = DeltaTable(str(source / "events")).to_pyarrow_dataset()
-    replay = dataset.to_table(filter=(ds.field("ts") > start)
-                              & (ds.field("ts") <= start + timedelta(seconds=warm + measured))).sort_by("ts")
+    replay = _driver_read(source / "events", where=(ds.field("ts") > start)
+                          & (ds.field("ts") <= start + timedelta(seconds=warm + measured))).sort_by("ts")
     epoch = pc.divide(replay.column("ts").cast("int64"), 1_000_000).to_pylist()  # ts is timestamp[us]
     warm_commits = commit_schedule(epoch, first, warm, args.step_seconds, args.speedup) if warm else []
     measured_commits = commit_schedule(epoch, first + warm, measured, args.step_seconds, args.speedup)
@@ -342,9 +348,10 @@ def main() -> None:
     spark = get_spark(config, "bench-stream")
     events_table = Table.of(spark, config, "events")
     started = time.monotonic()
-    base = spark.read.format("delta").load(str(source / "events")).where(f"ts <= timestamp'{start:%Y-%m-%d %H:%M:%S}'")
+    source_events = Table.of(spark, load_config(overrides=[f"warehouse={source}"]), "events")
+    base = source_events.scan().where(f"ts <= timestamp'{start:%Y-%m-%d %H:%M:%S}'")
     events_table.write(base, "bench-stream-base")
-    stored = DeltaTable(str(work / "events")).to_pyarrow_dataset().count_rows()
+    stored = _driver_read(work / "events", ["event_id"]).num_rows
     log.info("fresh events table: %d events up to %s, version %s (%.0f s)", stored, start.isoformat(),
              events_table.version(), time.monotonic() - started)
     if not args.no_hourly:
