@@ -28,7 +28,7 @@ from airflow.sdk import DAG, Param, task
 
 from solaris.orchestration import (
     AS_OF_TEMPLATE,
-    FAST_LANE_DEFAULT_ARGS,
+    FREQUENT_DEFAULT_ARGS,
     TIME_SCHEMA,
     ConfigParams,
     events_arrived,
@@ -48,7 +48,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     tags=["solaris", "fast-lane"],
-    default_args=FAST_LANE_DEFAULT_ARGS,
+    default_args=FREQUENT_DEFAULT_ARGS,
     params={
         "as_of": Param(None, type=["null", "string"], **TIME_SCHEMA,
                        description="logical time (UTC, ISO-8601); empty = the run's logical date"),

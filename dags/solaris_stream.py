@@ -24,7 +24,7 @@ from datetime import datetime
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, task
 
-from solaris.orchestration import STREAM_DEFAULT_ARGS, spark_submit_kwargs, stream_events_arrived, stream_schedule
+from solaris.orchestration import FREQUENT_DEFAULT_ARGS, spark_submit_kwargs, stream_events_arrived, stream_schedule
 
 with DAG(
     dag_id="solaris_stream",
@@ -34,7 +34,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     tags=["solaris", "stream"],
-    default_args=STREAM_DEFAULT_ARGS,
+    default_args=FREQUENT_DEFAULT_ARGS,
 ) as dag:
     stream = SparkSubmitOperator(
         task_id="stream", doc_md="The streaming query over `events`, available-now: what arrived, then exit.",

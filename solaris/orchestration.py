@@ -59,15 +59,9 @@ HOURLY_DEFAULT_ARGS = {
 }
 
 
-# The fast lane runs every few minutes: one quick retry, never piling up behind a slow run.
-FAST_LANE_DEFAULT_ARGS = {
-    "retries": 1,
-    "retry_delay": timedelta(minutes=1),
-}
-
-
-# The stream's available-now runs: every few minutes, one quick retry (the next run resumes anyway).
-STREAM_DEFAULT_ARGS = {
+# The DAGs that run every few minutes (the fast lane, the stream's available-now runs): one quick
+# retry, never piling up behind a slow run (the next run covers what a failed one left).
+FREQUENT_DEFAULT_ARGS = {
     "retries": 1,
     "retry_delay": timedelta(minutes=1),
 }

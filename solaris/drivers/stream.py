@@ -42,7 +42,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +68,7 @@ from solaris.stages.user_aggregates import UserAggregatesOptions
 from solaris.storage.audit import RunRecord
 from solaris.storage.events import Events
 from solaris.tick import StepContext
+from solaris.timeutil import parse_utc
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -116,11 +117,7 @@ def batch_activity(frame: DataFrame) -> list[UserEvents]:
     from pyspark.sql import functions as F
 
     rows = frame.groupBy("user_id").agg(F.count("*").alias("n"), F.max("ts").alias("newest")).collect()
-    return [UserEvents(int(row["user_id"]), int(row["n"]), _utc(row["newest"])) for row in rows]
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+    return [UserEvents(int(row["user_id"]), int(row["n"]), parse_utc(row["newest"])) for row in rows]
 
 
 def run_batch(spark: SparkSession, config: SolarisConfig, plan: BatchPlan) -> BatchResult:

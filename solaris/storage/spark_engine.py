@@ -8,7 +8,7 @@ its run (docs/architecture.md §4) and redone on a lost commit race (:func:`with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from solaris.storage.engine import with_commit_retry
 
@@ -62,33 +62,12 @@ class SparkEngine:
 
     def merge_newer(self, frame: DataFrame, path: str, keys: Sequence[str], partition_by: Sequence[str] = ()) -> None:
         """MERGE on ``keys``: a later ``computed_at`` replaces the stored row, the same run leaves it."""
-        from delta.tables import DeltaTable
-
-        def write() -> None:
-            self.ensure_table(frame, path, partition_by)
-            (DeltaTable.forPath(self.spark, path).alias("t")
-             .merge(frame.alias("s"), same_key(keys))
-             .whenMatchedUpdateAll(condition=NEWER_ROW)
-             .whenNotMatchedInsertAll()
-             .execute())
-
-        with_commit_retry(write, f"MERGE into {path}")
+        self._merge(frame, path, partition_by, condition=same_key(keys), matched="newer")
 
     def upsert(self, frame: DataFrame, path: str, keys: Sequence[str], partition_by: Sequence[str] = ()) -> None:
         """MERGE on ``keys`` (null-safe), the incoming row replacing a stored one (created on first use)."""
-        from delta.tables import DeltaTable
-
         condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-
-        def write() -> None:
-            self.ensure_table(frame, path, partition_by)
-            (DeltaTable.forPath(self.spark, path).alias("t")
-             .merge(frame.alias("s"), condition)
-             .whenMatchedUpdateAll()
-             .whenNotMatchedInsertAll()
-             .execute())
-
-        with_commit_retry(write, f"MERGE into {path}")
+        self._merge(frame, path, partition_by, condition=condition, matched="replace")
 
     def insert_new(self, frame: DataFrame, path: str, keys: Sequence[str], partition_by: Sequence[str] = ()) -> None:
         """MERGE on ``keys`` inserting only the rows whose key is not stored (created on first use).
@@ -96,16 +75,26 @@ class SparkEngine:
         No matched clause: Delta commits an insert-only MERGE as an append (new files, none removed),
         which a streaming reader with ``skipChangeCommits`` reads. ``frame`` must be unique on ``keys``.
         """
+        self._merge(frame, path, partition_by, condition=same_key(keys), matched="keep")
+
+    def _merge(self, frame: DataFrame, path: str, partition_by: Sequence[str], *, condition: str,
+               matched: Literal["newer", "replace", "keep"]) -> None:
+        """The one MERGE of the key rules (created on first use, retried on a lost commit race): new
+        keys are inserted; a stored row of a matched key is replaced when the incoming one is newer
+        (``newer``), always (``replace``), or never (``keep``: no matched clause, an append)."""
         from delta.tables import DeltaTable
 
         def write() -> None:
             self.ensure_table(frame, path, partition_by)
-            (DeltaTable.forPath(self.spark, path).alias("t")
-             .merge(frame.alias("s"), same_key(keys))
-             .whenNotMatchedInsertAll()
-             .execute())
+            merge = DeltaTable.forPath(self.spark, path).alias("t").merge(frame.alias("s"), condition)
+            if matched == "newer":
+                merge = merge.whenMatchedUpdateAll(condition=NEWER_ROW)
+            elif matched == "replace":
+                merge = merge.whenMatchedUpdateAll()
+            merge.whenNotMatchedInsertAll().execute()
 
-        with_commit_retry(write, f"insert-only MERGE into {path}")
+        what = "insert-only MERGE" if matched == "keep" else "MERGE"
+        with_commit_retry(write, f"{what} into {path}")
 
     def replace_where(self, frame: DataFrame, path: str, predicate: str, partition_by: Sequence[str] = ()) -> None:
         """Atomically replace the rows matching the Spark SQL ``predicate`` with ``frame`` (one commit)."""
