@@ -34,17 +34,26 @@ and ``user_embeddings`` MERGE where the same run changes nothing, ``runs`` upser
 manifest is rewritten under the same name. Delta's idempotent-write options (``txnAppId`` /
 ``txnVersion``) are not used: they cover Spark's DataFrame writer, while these writes are MERGEs
 and driver-side ``deltalake`` commits; the run-id rules already make a redo a no-op.
+
+**The stream's clock.** A batch's as-of never goes before the last batch's (the ``stream`` job's
+newest ``as_of`` in ``runs``, :func:`solaris.precompute.stream.plan_batch`): late events are
+computed at the stream's present, with every event stored up to it.
+
+**Stopping.** A ``processing-time`` query stops on SIGTERM or SIGINT (:class:`_StopSignals`): the
+driver stops the query, which waits for a batch in flight, logs one line and returns; the job exits 0.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from solaris.config import SolarisConfig
 from solaris.errors import RefusedError
@@ -65,7 +74,7 @@ from solaris.stages.candidates import CandidatesOptions
 from solaris.stages.publish import PublishOptions
 from solaris.stages.score import ScoreOptions
 from solaris.stages.user_aggregates import UserAggregatesOptions
-from solaris.storage.audit import RunRecord
+from solaris.storage.audit import RunRecord, RunsLog
 from solaris.storage.events import Events
 from solaris.tick import StepContext
 from solaris.timeutil import parse_utc
@@ -78,6 +87,8 @@ log = logging.getLogger("solaris.stream")
 START_FILE = "start_version.json"  # beside the query's checkpoint: the events version of its first run
 QUERY_DIR = "query"  # Spark's checkpoint (offsets, commits) under stream.checkpoint_dir
 QUERY_NAME = "solaris_stream"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # stop a processing-time query cleanly (exit code 0)
+STOP_POLL_SECONDS = 1.0  # how often the driver looks for a stop request while the query runs
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,7 @@ class StreamResult:
 
     batches: list[BatchResult] = field(default_factory=list)
     waiting: str | None = None
+    stopped: str | None = None  # the signal that stopped a processing-time query
 
 
 def checkpoint_root(config: SolarisConfig) -> Path:
@@ -219,6 +231,34 @@ def run_stream(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger) 
     The first run records the events version to start from (:func:`solaris.precompute.stream.start_plan`)
     and, under ``available-now``, returns ``waiting`` until the table has a commit after it.
     """
+    with _StopSignals(enabled=trigger == "processing-time") as stop:
+        return _run_query(spark, config, trigger=trigger, stop=stop)
+
+
+class _StopSignals:
+    """SIGINT and SIGTERM ask a long-running query to stop (``requested``: the signal's name) instead
+    of interrupting the driver wherever it is; the previous handlers are restored on exit. Only in
+    the main thread (Python's rule for signal handlers) and only when ``enabled``."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.requested: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.requested = signal.Signals(signum).name
+
+    def __enter__(self) -> _StopSignals:
+        if self.enabled:
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def _run_query(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger, stop: _StopSignals) -> StreamResult:
     settings = config.stream
     root = checkpoint_root(config)
     events = Events.of(spark, config)
@@ -236,12 +276,19 @@ def run_stream(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger) 
         if trigger == "available-now":
             log.info("stream: %s; nothing to do", waiting)
             return StreamResult(waiting=waiting)
-        time.sleep(settings.interval_seconds)
+        deadline = time.monotonic() + settings.interval_seconds
+        while not stop.requested and time.monotonic() < deadline:
+            time.sleep(min(STOP_POLL_SECONDS, settings.interval_seconds))
+        if stop.requested:
+            log.info("stream: stopped by %s before its first batch", stop.requested)
+            return StreamResult(waiting=waiting, stopped=stop.requested)
 
     result = StreamResult()
+    runs = RunsLog.of(spark, config)
 
     def each_batch(frame: DataFrame, batch_id: int) -> None:
-        plan = plan_batch(int(batch_id), batch_activity(frame))
+        # the stream's clock: a batch of late events runs at the last batch's as-of (plan_batch: why)
+        plan = plan_batch(int(batch_id), batch_activity(frame), floor=runs.newest_as_of(JOB))
         done = run_batch(spark, config, plan)
         if trigger == "available-now":  # a long-running query logs its batches and keeps none
             result.batches.append(done)
@@ -253,5 +300,13 @@ def run_stream(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger) 
               .foreachBatch(each_batch))
     query = writer.trigger(**trigger_options(trigger, settings.interval_seconds)).start()  # type: ignore[call-overload]
     log.info("stream: query %s started (%s), checkpoint %s", query.id, trigger, root / QUERY_DIR)
-    query.awaitTermination()
+    if trigger == "available-now":
+        query.awaitTermination()
+        return result
+    while not stop.requested:
+        if query.awaitTermination(STOP_POLL_SECONDS):  # ended by itself (a failure raises here)
+            return result
+    query.stop()  # waits for the batch in flight: Spark commits it, or it is redone at restart
+    result.stopped = stop.requested
+    log.info("stream: stopped by %s; the next run resumes after the last committed batch", stop.requested)
     return result

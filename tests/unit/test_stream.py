@@ -34,6 +34,19 @@ def test_a_batch_touches_its_users_at_its_newest_event():
     assert plan.as_of == T and plan.run_id == "stream-20001119T180742Z-b3"
 
 
+def test_a_batch_of_late_events_runs_at_the_stream_s_last_as_of():
+    """The as-of never goes back: late events (older than the last batch's as-of) are computed at that
+    as-of, so their users see every stored event; a batch newer than the floor keeps its own time;
+    a redo (which may see its own as-of as the floor) gets the same as-of and run id."""
+    activity = [UserEvents(4, 1, T - 600 * SECOND), UserEvents(9, 2, T - 300 * SECOND)]
+    late = plan_batch(5, activity, floor=T)
+    assert late.as_of == T and late.run_id == run_id(T, 5) and late.users == [4, 9]
+    assert plan_batch(5, activity, floor=late.as_of) == late
+    assert plan_batch(5, activity, floor=T - 3600 * SECOND).as_of == T - 300 * SECOND
+    assert plan_batch(5, activity).as_of == T - 300 * SECOND
+    assert plan_batch(5, [], floor=T).as_of is None
+
+
 def test_an_empty_batch_does_nothing():
     for activity in ([], [UserEvents(1, 0, T)]):
         plan = plan_batch(0, activity)
