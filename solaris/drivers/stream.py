@@ -39,8 +39,10 @@ and driver-side ``deltalake`` commits; the run-id rules already make a redo a no
 newest ``as_of`` in ``runs``, :func:`solaris.precompute.stream.plan_batch`): late events are
 computed at the stream's present, with every event stored up to it.
 
-**Stopping.** A ``processing-time`` query stops on SIGTERM or SIGINT (:class:`_StopSignals`): the
-driver stops the query, which waits for a batch in flight, logs one line and returns; the job exits 0.
+**Stopping.** A ``processing-time`` query stops on SIGTERM or SIGINT (:class:`StopSignals`): the
+driver lets a batch in flight (logged in the checkpoint, not committed) finish and commit, stops the
+query, logs one line and returns; the job exits 0. A batch Spark logs in the moment between that
+commit and the stop is interrupted uncommitted and redone at the next start.
 """
 
 from __future__ import annotations
@@ -231,11 +233,11 @@ def run_stream(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger) 
     The first run records the events version to start from (:func:`solaris.precompute.stream.start_plan`)
     and, under ``available-now``, returns ``waiting`` until the table has a commit after it.
     """
-    with _StopSignals(enabled=trigger == "processing-time") as stop:
+    with StopSignals(enabled=trigger == "processing-time") as stop:
         return _run_query(spark, config, trigger=trigger, stop=stop)
 
 
-class _StopSignals:
+class StopSignals:
     """SIGINT and SIGTERM ask a long-running query to stop (``requested``: the signal's name) instead
     of interrupting the driver wherever it is; the previous handlers are restored on exit. Only in
     the main thread (Python's rule for signal handlers) and only when ``enabled``."""
@@ -248,7 +250,7 @@ class _StopSignals:
     def _handle(self, signum: int, _frame: object) -> None:
         self.requested = signal.Signals(signum).name
 
-    def __enter__(self) -> _StopSignals:
+    def __enter__(self) -> StopSignals:
         if self.enabled:
             self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
         return self
@@ -258,7 +260,7 @@ class _StopSignals:
             signal.signal(signum, handler)
 
 
-def _run_query(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger, stop: _StopSignals) -> StreamResult:
+def _run_query(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger, stop: StopSignals) -> StreamResult:
     settings = config.stream
     root = checkpoint_root(config)
     events = Events.of(spark, config)
@@ -306,7 +308,11 @@ def _run_query(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger, 
     while not stop.requested:
         if query.awaitTermination(STOP_POLL_SECONDS):  # ended by itself (a failure raises here)
             return result
-    query.stop()  # waits for the batch in flight: Spark commits it, or it is redone at restart
+    # a batch Spark has logged runs to its commit first: stopping interrupts the batch's Spark jobs,
+    # which would abandon it (redone at restart) with a traceback in the log
+    while checkpoint_progress(root / QUERY_DIR)[1] and query.isActive:
+        time.sleep(STOP_POLL_SECONDS / 10)
+    query.stop()
     result.stopped = stop.requested
     log.info("stream: stopped by %s; the next run resumes after the last committed batch", stop.requested)
     return result

@@ -175,3 +175,22 @@ def test_the_stream_dag_check_reads_the_events_log_and_the_checkpoint(tmp_path, 
     assert not stream_events_arrived()
     write_deltalake(str(tmp_path / "events"), pa.table({"user_id": [2]}), mode="append")
     assert stream_events_arrived()
+
+
+def test_a_stop_signal_is_recorded_not_raised_and_the_handlers_come_back():
+    """SIGINT / SIGTERM during a processing-time run set ``requested`` (the driver then stops the
+    query and returns) instead of a KeyboardInterrupt wherever the driver is; disabled (available-now),
+    the handlers are not touched; on exit the previous ones are back."""
+    import signal
+
+    from solaris.drivers.stream import StopSignals
+
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    with StopSignals(enabled=True) as stop:
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.requested == "SIGTERM"
+        signal.raise_signal(signal.SIGINT)
+        assert stop.requested == "SIGINT"
+    assert {signum: signal.getsignal(signum) for signum in before} == before
+    with StopSignals(enabled=False) as ignored:
+        assert {signum: signal.getsignal(signum) for signum in before} == before and ignored.requested is None
