@@ -28,6 +28,7 @@ import time
 from datetime import timedelta
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from solaris.drivers.stream import QUERY_DIR, checkpoint_progress, checkpoint_root, events_to_process, run_stream
@@ -60,19 +61,22 @@ def _state(config) -> dict:
     return {**{name: table_checksum(config.table_path(name)) for name in TABLES}, "runs": _runs(config)}
 
 
-def _append(spark, config, events: list[tuple[int, object]], first_id: int) -> None:
-    """One Delta commit of one file: an event per (user, time), on real items of the world."""
+def _append(config, events: list[tuple[int, object]], first_id: int) -> None:
+    """One Delta commit of one file: an event per (user, time), on real items of the world (written
+    on the driver with ``deltalake``, an append as ingest's: no Spark job)."""
+    from deltalake import DeltaTable, write_deltalake
+
     path = config.table_path("events")
-    stored = spark.read.format("delta").load(path)
-    items = [row.item_id for row in stored.select("item_id").distinct().orderBy("item_id").limit(5).collect()]
-    template = stored.orderBy("event_id").first().asDict()
+    stored = DeltaTable(path).to_pyarrow_table()
+    items = sorted(set(stored.column("item_id").to_pylist()))[:5]
+    template = stored.sort_by("event_id").slice(0, 1).to_pylist()[0]
     rows = [{**template, "event_id": first_id + index, "user_id": user, "item_id": items[index % len(items)],
              "ts": moment, "event_date": moment.date()} for index, (user, moment) in enumerate(events)]
-    spark.createDataFrame(rows, stored.schema).coalesce(1).write.format("delta").mode("append").save(path)
+    write_deltalake(path, pa.Table.from_pylist(rows, schema=stored.schema), mode="append")
 
 
-def _append_late(spark, config, users) -> None:
-    _append(spark, config, [(user, LATE) for user in users], 8_200_100)
+def _append_late(config, users) -> None:
+    _append(config, [(user, LATE) for user in users], 8_200_100)
 
 
 def _fm_version(config) -> str:
@@ -104,14 +108,14 @@ def worlds(spark, served_template, tmp_path_factory):
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(reference.spark.arrow_max_records_per_batch))
     assert run_stream(spark, reference, trigger="available-now").waiting  # records its start
     u1, u2, u3 = (int(user) for user in sorted(set(_rows(reference, "pair_embeddings").user_id))[:3])
-    _append(spark, reference, [(user, moment) for user in (u1, u2) for moment in ON_TIME], 8_200_000)
+    _append(reference, [(user, moment) for user in (u1, u2) for moment in ON_TIME], 8_200_000)
     # the killed copy receives the new FM and the late events at the same points of its run (a batch
     # reads the events committed when it runs, and its score the FM LATEST names then)
     killed = copy_world(reference.warehouse, base / "killed", ONE_FILE)
     old = _fm_version(reference)
     batches = run_stream(spark, reference, trigger="available-now").batches
     new = _new_fm(reference)
-    _append_late(spark, reference, (u1, u3))
+    _append_late(reference, (u1, u3))
     batches += run_stream(spark, reference, trigger="available-now").batches
     return reference, batches, (old, new), _state(reference), killed, (u1, u2, u3)
 
@@ -161,7 +165,7 @@ def test_sigkill_mid_batch_then_a_processing_time_restart_stopped_by_sigterm(spa
     job = _start(config, "--trigger", "processing-time", "--set", "stream.interval_seconds=1")
     _wait(job, (query / "commits" / "0").is_file, "batch 0 redone and committed")
     assert _new_fm(config) == new  # LATEST moves before the events that batch 1 reads are committed
-    _append_late(spark, config, (u1, u3))
+    _append_late(config, (u1, u3))
     _wait(job, (query / "offsets" / "1").is_file, "batch 1 started")
     os.kill(job.pid, signal.SIGTERM)  # the driver process, as `kill <pid>` or systemd's KillMode=mixed does
     job.wait(timeout=120)
