@@ -186,6 +186,18 @@ def _record_start(path: Path, version: int) -> None:
     temporary.replace(path)
 
 
+def _numbered(directory: Path) -> list[int]:
+    """The batch ids of a checkpoint folder's files (``offsets``, ``commits``), sorted."""
+    return sorted(int(entry.name) for entry in directory.iterdir() if entry.name.isdigit()) \
+        if directory.is_dir() else []
+
+
+def batch_in_flight(query_dir: Path) -> bool:
+    """Whether the query's checkpoint holds a batch logged (``offsets``) but not committed."""
+    offsets, commits = _numbered(query_dir / "offsets"), _numbered(query_dir / "commits")
+    return bool(offsets) and (not commits or commits[-1] < offsets[-1])
+
+
 def checkpoint_progress(query_dir: Path) -> tuple[int | None, bool]:
     """From the query's checkpoint files (no Spark): the events version it reads next, and whether a
     batch is logged but not committed. ``(None, False)``: no offset yet; ``(None, True)``: an offset
@@ -196,15 +208,10 @@ def checkpoint_progress(query_dir: Path) -> tuple[int | None, bool]:
     ``{"reservoirVersion": v + 1, "index": -1}`` (measured on delta-spark, a skipped change commit
     included); a larger index means ``v`` was read in part, and it is read next too.
     """
-    def numbered(folder: str) -> list[int]:
-        directory = query_dir / folder
-        return sorted(int(entry.name) for entry in directory.iterdir() if entry.name.isdigit()) \
-            if directory.is_dir() else []
-
-    offsets, commits = numbered("offsets"), numbered("commits")
+    offsets = _numbered(query_dir / "offsets")
     if not offsets:
         return None, False
-    if not commits or commits[-1] < offsets[-1]:
+    if batch_in_flight(query_dir):
         return None, True
     try:
         offset = json.loads((query_dir / "offsets" / str(offsets[-1])).read_text().splitlines()[-1])
@@ -310,8 +317,10 @@ def _run_query(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger, 
             return result
     # a batch Spark has logged runs to its commit first: stopping interrupts the batch's Spark jobs,
     # which would abandon it (redone at restart) with a traceback in the log
-    while checkpoint_progress(root / QUERY_DIR)[1] and query.isActive:
+    while batch_in_flight(root / QUERY_DIR) and query.isActive:
         time.sleep(STOP_POLL_SECONDS / 10)
+    if not query.isActive:
+        query.awaitTermination()  # a batch that failed meanwhile fails the run (raises)
     query.stop()
     result.stopped = stop.requested
     log.info("stream: stopped by %s; the next run resumes after the last committed batch", stop.requested)

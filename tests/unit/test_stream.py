@@ -141,17 +141,18 @@ def _offset(directory, batch: int, version: int, index: int = -1, committed: boo
 
 def test_the_checkpoint_files_give_the_version_read_next_and_a_pending_batch(tmp_path):
     """The files Spark writes (format measured on delta-spark: a batch through version v logs v + 1, index -1)."""
-    from solaris.drivers.stream import checkpoint_progress
+    from solaris.drivers.stream import batch_in_flight, checkpoint_progress
 
-    assert checkpoint_progress(tmp_path / "query") == (None, False)
+    assert checkpoint_progress(tmp_path / "query") == (None, False) and not batch_in_flight(tmp_path / "query")
     _offset(tmp_path, 0, 5)
     _offset(tmp_path, 1, 9)
-    assert checkpoint_progress(tmp_path) == (9, False)
+    assert checkpoint_progress(tmp_path) == (9, False) and not batch_in_flight(tmp_path)
     _offset(tmp_path, 2, 12, committed=False)
-    assert checkpoint_progress(tmp_path) == (None, True)
+    assert checkpoint_progress(tmp_path) == (None, True) and batch_in_flight(tmp_path)
     (tmp_path / "commits" / "2").write_text("v1\n")
     (tmp_path / "offsets" / "2").write_text("v1\nnot json\n")
     assert checkpoint_progress(tmp_path) == (None, True)  # not understood: the query decides
+    assert not batch_in_flight(tmp_path)  # but committed: a stop does not wait for it
 
 
 def test_the_stream_dag_check_reads_the_events_log_and_the_checkpoint(tmp_path, monkeypatch):
