@@ -8,7 +8,8 @@ Run id ``stream-<as-of>-b<batch id>``: a batch redone after a crash replaces its
 query's checkpoint lives under the warehouse (``stream.checkpoint_dir``); a restart resumes from it.
 
   --trigger available-now    process what is committed, in micro-batches, then exit (DAG solaris_stream)
-  --trigger processing-time  run until stopped, a micro-batch at most every stream.interval_seconds
+  --trigger processing-time  run until stopped, a micro-batch at most every stream.interval_seconds;
+                             SIGTERM or SIGINT stops it cleanly (exit code 0), a restart resumes
 
     solaris stream --trigger available-now
 """
@@ -34,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _report(result: StreamResult) -> str:
+    if result.stopped:
+        return f"stream: stopped by {result.stopped}"
     if result.waiting:
         return f"stream: waiting ({result.waiting})"
     done = [batch for batch in result.batches if batch.skipped is None]

@@ -34,17 +34,28 @@ and ``user_embeddings`` MERGE where the same run changes nothing, ``runs`` upser
 manifest is rewritten under the same name. Delta's idempotent-write options (``txnAppId`` /
 ``txnVersion``) are not used: they cover Spark's DataFrame writer, while these writes are MERGEs
 and driver-side ``deltalake`` commits; the run-id rules already make a redo a no-op.
+
+**The stream's clock.** A batch's as-of never goes before the last batch's (the ``stream`` job's
+newest ``as_of`` in ``runs``, :func:`solaris.precompute.stream.plan_batch`): late events are
+computed at the stream's present, with every event stored up to it.
+
+**Stopping.** A ``processing-time`` query stops on SIGTERM or SIGINT (:class:`StopSignals`): the
+driver lets a batch in flight (logged in the checkpoint, not committed) finish and commit, stops the
+query, logs one line and returns; the job exits 0. A batch Spark logs in the moment between that
+commit and the stop is interrupted uncommitted and redone at the next start.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from solaris.config import SolarisConfig
 from solaris.errors import RefusedError
@@ -65,7 +76,7 @@ from solaris.stages.candidates import CandidatesOptions
 from solaris.stages.publish import PublishOptions
 from solaris.stages.score import ScoreOptions
 from solaris.stages.user_aggregates import UserAggregatesOptions
-from solaris.storage.audit import RunRecord
+from solaris.storage.audit import RunRecord, RunsLog
 from solaris.storage.events import Events
 from solaris.tick import StepContext
 from solaris.timeutil import parse_utc
@@ -78,6 +89,8 @@ log = logging.getLogger("solaris.stream")
 START_FILE = "start_version.json"  # beside the query's checkpoint: the events version of its first run
 QUERY_DIR = "query"  # Spark's checkpoint (offsets, commits) under stream.checkpoint_dir
 QUERY_NAME = "solaris_stream"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # stop a processing-time query cleanly (exit code 0)
+STOP_POLL_SECONDS = 1.0  # how often the driver looks for a stop request while the query runs
 
 
 @dataclass(frozen=True)
@@ -105,6 +118,7 @@ class StreamResult:
 
     batches: list[BatchResult] = field(default_factory=list)
     waiting: str | None = None
+    stopped: str | None = None  # the signal that stopped a processing-time query
 
 
 def checkpoint_root(config: SolarisConfig) -> Path:
@@ -172,6 +186,18 @@ def _record_start(path: Path, version: int) -> None:
     temporary.replace(path)
 
 
+def _numbered(directory: Path) -> list[int]:
+    """The batch ids of a checkpoint folder's files (``offsets``, ``commits``), sorted."""
+    return sorted(int(entry.name) for entry in directory.iterdir() if entry.name.isdigit()) \
+        if directory.is_dir() else []
+
+
+def batch_in_flight(query_dir: Path) -> bool:
+    """Whether the query's checkpoint holds a batch logged (``offsets``) but not committed."""
+    offsets, commits = _numbered(query_dir / "offsets"), _numbered(query_dir / "commits")
+    return bool(offsets) and (not commits or commits[-1] < offsets[-1])
+
+
 def checkpoint_progress(query_dir: Path) -> tuple[int | None, bool]:
     """From the query's checkpoint files (no Spark): the events version it reads next, and whether a
     batch is logged but not committed. ``(None, False)``: no offset yet; ``(None, True)``: an offset
@@ -182,15 +208,10 @@ def checkpoint_progress(query_dir: Path) -> tuple[int | None, bool]:
     ``{"reservoirVersion": v + 1, "index": -1}`` (measured on delta-spark, a skipped change commit
     included); a larger index means ``v`` was read in part, and it is read next too.
     """
-    def numbered(folder: str) -> list[int]:
-        directory = query_dir / folder
-        return sorted(int(entry.name) for entry in directory.iterdir() if entry.name.isdigit()) \
-            if directory.is_dir() else []
-
-    offsets, commits = numbered("offsets"), numbered("commits")
+    offsets = _numbered(query_dir / "offsets")
     if not offsets:
         return None, False
-    if not commits or commits[-1] < offsets[-1]:
+    if batch_in_flight(query_dir):
         return None, True
     try:
         offset = json.loads((query_dir / "offsets" / str(offsets[-1])).read_text().splitlines()[-1])
@@ -219,6 +240,34 @@ def run_stream(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger) 
     The first run records the events version to start from (:func:`solaris.precompute.stream.start_plan`)
     and, under ``available-now``, returns ``waiting`` until the table has a commit after it.
     """
+    with StopSignals(enabled=trigger == "processing-time") as stop:
+        return _run_query(spark, config, trigger=trigger, stop=stop)
+
+
+class StopSignals:
+    """SIGINT and SIGTERM ask a long-running query to stop (``requested``: the signal's name) instead
+    of interrupting the driver wherever it is; the previous handlers are restored on exit. Only in
+    the main thread (Python's rule for signal handlers) and only when ``enabled``."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.requested: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.requested = signal.Signals(signum).name
+
+    def __enter__(self) -> StopSignals:
+        if self.enabled:
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def _run_query(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger, stop: StopSignals) -> StreamResult:
     settings = config.stream
     root = checkpoint_root(config)
     events = Events.of(spark, config)
@@ -236,12 +285,19 @@ def run_stream(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger) 
         if trigger == "available-now":
             log.info("stream: %s; nothing to do", waiting)
             return StreamResult(waiting=waiting)
-        time.sleep(settings.interval_seconds)
+        deadline = time.monotonic() + settings.interval_seconds
+        while not stop.requested and time.monotonic() < deadline:
+            time.sleep(min(STOP_POLL_SECONDS, settings.interval_seconds))
+        if stop.requested:
+            log.info("stream: stopped by %s before its first batch", stop.requested)
+            return StreamResult(waiting=waiting, stopped=stop.requested)
 
     result = StreamResult()
+    runs = RunsLog.of(spark, config)
 
     def each_batch(frame: DataFrame, batch_id: int) -> None:
-        plan = plan_batch(int(batch_id), batch_activity(frame))
+        # the stream's clock: a batch of late events runs at the last batch's as-of (plan_batch: why)
+        plan = plan_batch(int(batch_id), batch_activity(frame), floor=runs.newest_as_of(JOB))
         done = run_batch(spark, config, plan)
         if trigger == "available-now":  # a long-running query logs its batches and keeps none
             result.batches.append(done)
@@ -253,5 +309,19 @@ def run_stream(spark: SparkSession, config: SolarisConfig, *, trigger: Trigger) 
               .foreachBatch(each_batch))
     query = writer.trigger(**trigger_options(trigger, settings.interval_seconds)).start()  # type: ignore[call-overload]
     log.info("stream: query %s started (%s), checkpoint %s", query.id, trigger, root / QUERY_DIR)
-    query.awaitTermination()
+    if trigger == "available-now":
+        query.awaitTermination()
+        return result
+    while not stop.requested:
+        if query.awaitTermination(STOP_POLL_SECONDS):  # ended by itself (a failure raises here)
+            return result
+    # a batch Spark has logged runs to its commit first: stopping interrupts the batch's Spark jobs,
+    # which would abandon it (redone at restart) with a traceback in the log
+    while batch_in_flight(root / QUERY_DIR) and query.isActive:
+        time.sleep(STOP_POLL_SECONDS / 10)
+    if not query.isActive:
+        query.awaitTermination()  # a batch that failed meanwhile fails the run (raises)
+    query.stop()
+    result.stopped = stop.requested
+    log.info("stream: stopped by %s; the next run resumes after the last committed batch", stop.requested)
     return result

@@ -69,7 +69,8 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
     ``only`` (a frame of ``key`` values): those keys only (the stream refreshes its batch's users).
 
     Shared by the user tier and the item tier: the same window, latest-row-per-pair and aggregation
-    rule, grouped by the other side of the pair.
+    rule, grouped by the other side of the pair; only the pairs of the FM version of the key's newest
+    pair are averaged (``fm_version`` is that version).
     """
     import pyarrow.compute as pc
     from pyspark.sql import Window
@@ -90,9 +91,13 @@ def write_window_means(spark: SparkSession, config: SolarisConfig, as_of: dateti
     )
     if only is not None:
         pairs = pairs.join(only.select(key), key, "left_semi")
+    # the key's newest pair names the FM version its mean is of: embeddings of two FM versions lie in
+    # different spaces, so a mean over both (the window after a new FM) would be of neither
+    newest = Window.partitionBy(key).orderBy(F.col("computed_at").desc(), F.col("run_id").desc())
     pairs = (
         pairs.repartition(key)
         .withColumn("_rank", F.row_number().over(latest)).where("_rank = 1")
+        .withColumn("_version", F.first("fm_version").over(newest)).where(F.col("fm_version") == F.col("_version"))
         .select(key, other, "embedding", F.unix_seconds("computed_at").alias("computed_s"), "fm_version")
         .sortWithinPartitions(key, other)
     )

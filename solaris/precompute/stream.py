@@ -5,9 +5,10 @@ these functions, which decide:
 
 * **who**: every user with an event in the batch (:func:`plan_batch`), re-speculated by the hourly
   rules from their events up to the batch's as-of;
-* **when**: the batch's as-of is its newest event time, so each user is computed from every event
-  the batch brought (point in time: nothing later is read) and ``computed_at`` is an event time, as
-  the hourly cycle's is the hour's;
+* **when**: the batch's as-of is its newest event time, or the stream's last as-of if that is later
+  (a batch of late events), so each user is computed from every event the batch brought and every
+  event the stream already processed (point in time: nothing later is read), ``computed_at`` is an
+  event time, as the hourly cycle's is the hour's, and the stream's as-of never goes back;
 * **under which run id**: ``stream-<as-of stamp>-b<batch id>`` (:func:`run_id`). Deterministic: a
   batch that is redone after a crash has the same batch id and the same events (Spark's checkpoint
   logs a batch's offsets before it runs it), so it gets the same as-of and run id, and every table
@@ -77,8 +78,20 @@ def snapshot_id(as_of: datetime, batch_id: int) -> str:
     return f"snapshot-{utc_stamp(as_of)}-{RUN_PREFIX}-b{batch_id}"
 
 
-def plan_batch(batch_id: int, activity: Iterable[UserEvents]) -> BatchPlan:
-    """The plan of a micro-batch from its per-user events (:class:`UserEvents`, one per user)."""
+def plan_batch(batch_id: int, activity: Iterable[UserEvents], *, floor: datetime | None = None) -> BatchPlan:
+    """The plan of a micro-batch from its per-user events (:class:`UserEvents`, one per user).
+
+    ``floor``: the as-of of the stream's last processed batch (None: none yet). The as-of is the
+    batch's newest event time or ``floor`` if that is later. Why: a batch of late events (event times
+    before those the stream has processed) at its own newest event time would compute its users as
+    of a past moment, without the later events already stored; ``pair_embeddings`` and
+    ``user_embeddings`` keep the newer of two rows (``merge_newer``), so a user the stream had
+    refreshed after that moment would keep values that never saw the late event, and its tier-3
+    aggregate would not be replaced either. At ``floor`` the batch reads every
+    stored event up to the stream's present, the late ones included, and its rows replace the
+    stored ones of the same time (same ``computed_at``, another run). A redo of the batch gets the
+    same as-of: the floor it sees then is at most its own as-of.
+    """
     rows = sorted(activity, key=lambda user: user.user_id)
     if len({user.user_id for user in rows}) != len(rows):
         raise ValueError("one UserEvents per user")
@@ -86,6 +99,8 @@ def plan_batch(batch_id: int, activity: Iterable[UserEvents]) -> BatchPlan:
     if not rows or events == 0:
         return BatchPlan(batch_id=batch_id, users=[], events=0, as_of=None, run_id=None)
     as_of = max(user.newest for user in rows)
+    if floor is not None and floor > as_of:
+        as_of = floor
     return BatchPlan(batch_id=batch_id, users=[user.user_id for user in rows], events=events, as_of=as_of,
                      run_id=run_id(as_of, batch_id))
 

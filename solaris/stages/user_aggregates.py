@@ -1,7 +1,8 @@
 """Tier 3: per-user mean of the pair embeddings computed in the last 24 h.
 
 At ``--as-of t``: reads ``pair_embeddings_log`` rows with ``t - window < computed_at <= t`` (the
-latest row per pair, so a pair re-scored every hour is not over-weighted), averages each user's
+latest row per pair, so a pair re-scored every hour is not over-weighted; only the pairs of the FM
+version of the user's newest pair), averages each user's
 embeddings (plain or recency-weighted, optional L2 normalisation: :func:`solaris.enrichment.aggregates.aggregate_users`)
 with one ``mapInArrow`` call per batch of whole users (repartitioned by user, sorted within
 partitions; no per-user Python call: :mod:`solaris.enrichment.window_means`), and MERGEs

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from solaris.config import SolarisConfig
 from solaris.storage.engine import sql_str
 from solaris.storage.table import SparkSource, Table
+from solaris.timeutil import parse_utc
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -86,7 +87,8 @@ class RunsLog:
     """The ``runs`` audit log: one row per (run, job), upserted on that key.
 
     Contract: :meth:`write` upserts rows in one commit (a rerun's row replaces the earlier one);
-    :meth:`succeeded` says which of some runs finished a job; :meth:`frame` is the log as a Spark plan.
+    :meth:`succeeded` says which of some runs finished a job; :meth:`newest_as_of` the latest as-of a
+    job reached (the stream's clock); :meth:`frame` is the log as a Spark plan.
 
     >>> runs = RunsLog.of(spark, config)
     >>> runs.write([record_row])
@@ -119,6 +121,15 @@ class RunsLog:
             return set()
         rows = self.table.rows(["run_id"], equal={"job": job, "status": "success"})
         return set(rows.column("run_id").to_pylist()) & wanted
+
+    def newest_as_of(self, job: str) -> datetime | None:
+        """The latest ``as_of`` of ``job``'s successful runs (None: none), read on the driver."""
+        if not self.table.exists():
+            return None
+        moments = [moment for moment in
+                   self.table.rows(["as_of"], equal={"job": job, "status": "success"}).column("as_of").to_pylist()
+                   if moment is not None]
+        return parse_utc(max(moments)) if moments else None
 
     def frame(self) -> DataFrame:
         """The log as a lazy Spark frame (reports filter and aggregate it)."""

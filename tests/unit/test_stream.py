@@ -34,6 +34,19 @@ def test_a_batch_touches_its_users_at_its_newest_event():
     assert plan.as_of == T and plan.run_id == "stream-20001119T180742Z-b3"
 
 
+def test_a_batch_of_late_events_runs_at_the_stream_s_last_as_of():
+    """The as-of never goes back: late events (older than the last batch's as-of) are computed at that
+    as-of, so their users see every stored event; a batch newer than the floor keeps its own time;
+    a redo (which may see its own as-of as the floor) gets the same as-of and run id."""
+    activity = [UserEvents(4, 1, T - 600 * SECOND), UserEvents(9, 2, T - 300 * SECOND)]
+    late = plan_batch(5, activity, floor=T)
+    assert late.as_of == T and late.run_id == run_id(T, 5) and late.users == [4, 9]
+    assert plan_batch(5, activity, floor=late.as_of) == late
+    assert plan_batch(5, activity, floor=T - 3600 * SECOND).as_of == T - 300 * SECOND
+    assert plan_batch(5, activity).as_of == T - 300 * SECOND
+    assert plan_batch(5, [], floor=T).as_of is None
+
+
 def test_an_empty_batch_does_nothing():
     for activity in ([], [UserEvents(1, 0, T)]):
         plan = plan_batch(0, activity)
@@ -128,17 +141,18 @@ def _offset(directory, batch: int, version: int, index: int = -1, committed: boo
 
 def test_the_checkpoint_files_give_the_version_read_next_and_a_pending_batch(tmp_path):
     """The files Spark writes (format measured on delta-spark: a batch through version v logs v + 1, index -1)."""
-    from solaris.drivers.stream import checkpoint_progress
+    from solaris.drivers.stream import batch_in_flight, checkpoint_progress
 
-    assert checkpoint_progress(tmp_path / "query") == (None, False)
+    assert checkpoint_progress(tmp_path / "query") == (None, False) and not batch_in_flight(tmp_path / "query")
     _offset(tmp_path, 0, 5)
     _offset(tmp_path, 1, 9)
-    assert checkpoint_progress(tmp_path) == (9, False)
+    assert checkpoint_progress(tmp_path) == (9, False) and not batch_in_flight(tmp_path)
     _offset(tmp_path, 2, 12, committed=False)
-    assert checkpoint_progress(tmp_path) == (None, True)
+    assert checkpoint_progress(tmp_path) == (None, True) and batch_in_flight(tmp_path)
     (tmp_path / "commits" / "2").write_text("v1\n")
     (tmp_path / "offsets" / "2").write_text("v1\nnot json\n")
     assert checkpoint_progress(tmp_path) == (None, True)  # not understood: the query decides
+    assert not batch_in_flight(tmp_path)  # but committed: a stop does not wait for it
 
 
 def test_the_stream_dag_check_reads_the_events_log_and_the_checkpoint(tmp_path, monkeypatch):
@@ -162,3 +176,22 @@ def test_the_stream_dag_check_reads_the_events_log_and_the_checkpoint(tmp_path, 
     assert not stream_events_arrived()
     write_deltalake(str(tmp_path / "events"), pa.table({"user_id": [2]}), mode="append")
     assert stream_events_arrived()
+
+
+def test_a_stop_signal_is_recorded_not_raised_and_the_handlers_come_back():
+    """SIGINT / SIGTERM during a processing-time run set ``requested`` (the driver then stops the
+    query and returns) instead of a KeyboardInterrupt wherever the driver is; disabled (available-now),
+    the handlers are not touched; on exit the previous ones are back."""
+    import signal
+
+    from solaris.drivers.stream import StopSignals
+
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    with StopSignals(enabled=True) as stop:
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.requested == "SIGTERM"
+        signal.raise_signal(signal.SIGINT)
+        assert stop.requested == "SIGINT"
+    assert {signum: signal.getsignal(signum) for signum in before} == before
+    with StopSignals(enabled=False) as ignored:
+        assert {signum: signal.getsignal(signum) for signum in before} == before and ignored.requested is None
