@@ -8,8 +8,8 @@
 # The background shard: the Airflow tests (tests/e2e: `airflow dags test` runs sharing airflow_home's
 # metadata DB, plus tests/dags reading that home), the evaluation tests (one quick `solaris evaluate`
 # CLI run on the real labels, which the resume checks and the shuffled-labels run each copy), the
-# installed wheel and spark-submit (processes of their own), and two that need no shared test world
-# (ingest, the training jobs' CLIs).
+# installed wheel and spark-submit (processes of their own), and three that need no shared test world
+# (ingest, the training jobs' CLIs, the TTL property runs).
 # Everything else (unit, integration, reliability: each test in its own temporary warehouse) runs
 # in the foreground. The split balances the two shards' times in the last timed run; a shard that
 # ends early leaves a core idle.
@@ -27,7 +27,7 @@ log=$(mktemp -t solaris-background-tests.XXXXXX.log)
 # tests/e2e and tests/dags live only in the background; these files of the foreground's folders too
 BACKGROUND_FILES=(tests/integration/test_evaluate.py tests/integration/test_wheel.py
                   tests/integration/test_ingest.py tests/integration/test_train_jobs.py
-                  tests/integration/test_spark_submit.py)
+                  tests/integration/test_spark_submit.py tests/reliability/test_ttl_properties.py)
 BACKGROUND=(tests/e2e tests/dags "${BACKGROUND_FILES[@]}")
 "${PYTEST[@]}" "${BACKGROUND[@]}" > "$log" 2>&1 &
 background_shard=$!
