@@ -32,6 +32,7 @@ from solaris.config import CandidateConfig
 from solaris.timeutil import utc_stamp
 
 RUN_PREFIX = "stream"  # run ids stream-<as-of>-b<batch>: never precompute-, enrichment- or fast-lane-
+SNAPSHOT_TAG = f"-{RUN_PREFIX}-b"  # what tells a stream manifest (snapshot-<as-of>-stream-b<batch>) from an hourly one
 JOB = "stream"  # its own row in `runs` (one per micro-batch)
 Trigger = Literal["available-now", "processing-time"]
 TRIGGERS: tuple[Trigger, ...] = ("available-now", "processing-time")
@@ -75,7 +76,7 @@ def snapshot_id(as_of: datetime, batch_id: int) -> str:
     would replace the hourly cycle's manifest of that hour. Manifest names keep sorting in time
     order by their stamp (``solaris.serving.snapshots.list_manifests``).
     """
-    return f"snapshot-{utc_stamp(as_of)}-{RUN_PREFIX}-b{batch_id}"
+    return f"snapshot-{utc_stamp(as_of)}{SNAPSHOT_TAG}{batch_id}"
 
 
 def plan_batch(batch_id: int, activity: Iterable[UserEvents], *, floor: datetime | None = None) -> BatchPlan:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from solaris.errors import RefusedError
+from solaris.precompute.stream import SNAPSHOT_TAG
 from solaris.provenance import Provenance
 
 LATEST = "LATEST"
@@ -183,10 +184,6 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-# in the name of a stream micro-batch's manifest (solaris.precompute.stream.snapshot_id)
-STREAM_TAG = "-stream-b"
-
-
 def _stamp(snapshot_id: str) -> str:
     """The as-of stamp of ``snapshot-<stamp>[-stream-b<batch>]`` (stamps sort in time order)."""
     return snapshot_id.removeprefix("snapshot-").split("-", 1)[0]
@@ -205,13 +202,13 @@ def manifests_to_prune(snapshot_ids: Sequence[str], keep: int) -> list[str]:
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     ordered = sorted(snapshot_ids, key=lambda name: (_stamp(name), name))
-    hourly = [name for name in ordered if STREAM_TAG not in name]
+    hourly = [name for name in ordered if SNAPSHOT_TAG not in name]
     if not hourly:
         return ordered[:-keep]
     kept_hourly = set(hourly[-keep:])
     oldest = _stamp(hourly[-keep:][0])
     return [name for name in ordered
-            if name not in kept_hourly and (STREAM_TAG not in name or _stamp(name) < oldest)]
+            if name not in kept_hourly and (SNAPSHOT_TAG not in name or _stamp(name) < oldest)]
 
 
 def write_manifest(directory: Path, manifest: Manifest, keep: int) -> Path:
