@@ -12,6 +12,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from unittest import mock
@@ -84,6 +86,17 @@ def run_solaris(config, *args: str) -> subprocess.CompletedProcess:
         done = run_solaris_main(world_argv(config.warehouse, *args))
     assert SECRET_CANARY not in done.stdout + done.stderr, f"solaris {args[0]} logged a secret from its environment"
     return done
+
+
+def wait_until(process: subprocess.Popen, ready: Callable[[], bool], what: str, *, output: Callable[[], str],
+               timeout: float) -> None:
+    """Poll ``ready()`` until it holds (a file a job writes at a given point); fails with the job's
+    ``output()`` if the job ends first, and after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert process.poll() is None, f"job ended (rc {process.returncode}) before {what}:\n{output()}"
+        assert time.monotonic() < deadline, f"{what}: never reached"
+        time.sleep(0.01)
 
 
 def hours(n: float) -> timedelta:

@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 
 from solaris.serving.resolver import load_snapshot
 from solaris.serving.snapshots import latest_manifest_path
-from tests.reliability.conftest import T0, checksums, hours, run_cycle, solaris_command, subprocess_env
+from tests.reliability.conftest import T0, checksums, hours, run_cycle, solaris_command, subprocess_env, wait_until
 from tests.world import copy_world
 
 
@@ -40,13 +40,7 @@ def _start(config, *args: str) -> subprocess.Popen:
 
 def _kill_when(process: subprocess.Popen, ready, timeout: float = 300) -> float:
     """SIGKILL the whole process group as soon as ``ready()`` holds; returns when it was killed."""
-    deadline = time.monotonic() + timeout
-    while not ready():
-        assert process.poll() is None, (
-            f"job ended (rc {process.returncode}) before the kill point:\n{process.stdout.read()}"
-        )
-        assert time.monotonic() < deadline, "kill point never reached"
-        time.sleep(0.01)
+    wait_until(process, ready, "the kill point", output=process.stdout.read, timeout=timeout)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
     assert process.returncode == -signal.SIGKILL

@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from datetime import timedelta
 
 import numpy as np
@@ -34,7 +33,7 @@ import pytest
 from solaris.drivers.stream import QUERY_DIR, checkpoint_progress, checkpoint_root, events_to_process, run_stream
 from solaris.serving.resolver import TIER_PAIR, Resolver
 from tests.conftest import table_checksum
-from tests.reliability.conftest import T0, solaris_command, subprocess_env
+from tests.reliability.conftest import T0, solaris_command, subprocess_env, wait_until
 from tests.world import copy_world
 
 ON_TIME = (T0 + timedelta(minutes=15), T0 + timedelta(minutes=20))
@@ -134,12 +133,8 @@ def _output(process: subprocess.Popen) -> str:
     return process.log.read_text()  # type: ignore[attr-defined]
 
 
-def _wait(process: subprocess.Popen, ready, what: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        assert process.poll() is None, f"stream ended (rc {process.returncode}) before {what}:\n{_output(process)}"
-        assert time.monotonic() < deadline, f"{what}: never"
-        time.sleep(0.01)
+def _wait(process: subprocess.Popen, ready, what: str) -> None:
+    wait_until(process, ready, what, output=lambda: _output(process), timeout=240)
 
 
 def test_sigkill_mid_batch_then_a_processing_time_restart_stopped_by_sigterm(spark, worlds):
